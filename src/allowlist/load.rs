@@ -1,0 +1,919 @@
+//! Reading allowlists from the four accepted sources: the native `Allowlist`
+//! document, an OLM `ClusterServiceVersion`, an oc-mirror
+//! `ImageSetConfiguration`, and plain lists of `repo[:tag]@digest` lines.
+//! Several files, or every file of a directory, merge by union.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::{Allowlist, Builder, Exemption, Origin, Pattern};
+use crate::reference;
+use crate::yaml::{self, Document};
+
+/// The `apiVersion` of the native document.
+pub const API_VERSION: &str = "digest-gate.dev/v1alpha1";
+
+/// What kind of source a file was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Native,
+    ClusterServiceVersion,
+    ImageSetConfiguration,
+    PlainList,
+    /// A YAML stream holding documents of several of the above.
+    Mixed,
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Native => "Allowlist",
+            Self::ClusterServiceVersion => "ClusterServiceVersion",
+            Self::ImageSetConfiguration => "ImageSetConfiguration",
+            Self::PlainList => "plain list",
+            Self::Mixed => "mixed documents",
+        })
+    }
+}
+
+/// A problem in an allowlist source, located as precisely as the source
+/// allows: file, line, and the entry's path in the document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    pub file: String,
+    pub line: Option<usize>,
+    /// The entry, e.g. `spec.repositories[2].digests[0]`.
+    pub entry: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if let Some(entry) = &self.entry {
+            write!(f, ": {entry}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Every problem found while loading; loading fails if there is any.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct LoadErrors(pub Vec<LoadError>);
+
+impl fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What one source contributed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSummary {
+    pub file: String,
+    pub format: Format,
+    /// Promoted images read from it.
+    pub entries: usize,
+}
+
+/// A loaded allowlist with what went into it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub allowlist: Allowlist,
+    pub sources: Vec<SourceSummary>,
+    /// Entries that were skipped, with why (e.g. a CSV image pinned only by tag).
+    pub warnings: Vec<LoadError>,
+}
+
+/// Loads and merges every file named, reading directories one level deep and
+/// skipping hidden entries (a mounted ConfigMap's `..data` and friends).
+pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    for path in paths {
+        match expand(path.as_ref()) {
+            Ok(found) => files.extend(found),
+            Err(e) => errors.push(e),
+        }
+    }
+    let mut loader = Loader::default();
+    for file in files {
+        let name = file.display().to_string();
+        match std::fs::read(&file) {
+            Err(e) => errors.push(file_error(&name, format!("cannot read: {e}"))),
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Err(_) => errors.push(file_error(&name, "is not UTF-8 text")),
+                Ok(text) => loader.source(&name, &text),
+            },
+        }
+    }
+    errors.append(&mut loader.errors);
+    if errors.is_empty() {
+        Ok(loader.finish())
+    } else {
+        Err(LoadErrors(errors))
+    }
+}
+
+/// Loads one source held in memory; `name` is used in messages.
+pub fn load_text(name: &str, text: &str) -> Result<Loaded, LoadErrors> {
+    let mut loader = Loader::default();
+    loader.source(name, text);
+    if loader.errors.is_empty() {
+        Ok(loader.finish())
+    } else {
+        Err(LoadErrors(loader.errors))
+    }
+}
+
+fn file_error(file: &str, message: impl Into<String>) -> LoadError {
+    LoadError {
+        file: file.to_owned(),
+        line: None,
+        entry: None,
+        message: message.into(),
+    }
+}
+
+fn expand(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let name = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| file_error(&name, format!("cannot read: {e}")))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let entries =
+        std::fs::read_dir(path).map_err(|e| file_error(&name, format!("cannot list directory: {e}")))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| file_error(&name, format!("cannot list directory: {e}")))?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let p = entry.path();
+        // Follow the kubelet's symlinks to the files behind them.
+        if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+            files.push(p);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[derive(Default)]
+struct Loader {
+    builder: Builder,
+    sources: Vec<SourceSummary>,
+    errors: Vec<LoadError>,
+    warnings: Vec<LoadError>,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    doc: &'a Document,
+}
+
+impl Ctx<'_> {
+    fn error(&self, pointer: &str, message: impl Into<String>) -> LoadError {
+        LoadError {
+            file: self.file.to_owned(),
+            line: Some(self.doc.line_of(pointer)),
+            entry: (!pointer.is_empty()).then(|| dotted(pointer)),
+            message: message.into(),
+        }
+    }
+
+    fn origin(&self, pointer: &str) -> Origin {
+        Origin {
+            file: self.file.to_owned(),
+            line: self.doc.line_of(pointer),
+        }
+    }
+}
+
+/// `/spec/repositories/2/name` → `spec.repositories[2].name`
+fn dotted(pointer: &str) -> String {
+    let mut out = String::new();
+    for token in pointer.split('/').skip(1) {
+        if !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit()) {
+            out.push('[');
+            out.push_str(token);
+            out.push(']');
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(&token.replace("~1", "/").replace("~0", "~"));
+        }
+    }
+    out
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+// === impl Loader ===
+
+impl Loader {
+    fn finish(self) -> Loaded {
+        Loaded {
+            allowlist: self.builder.build(),
+            sources: self.sources,
+            warnings: self.warnings,
+        }
+    }
+
+    fn source(&mut self, file: &str, text: &str) {
+        let before = self.errors.len();
+        let (format, entries) = if is_structured(text) {
+            self.structured(file, text)
+        } else {
+            (Format::PlainList, self.plain_list(file, text))
+        };
+        if self.errors.len() == before {
+            self.sources.push(SourceSummary {
+                file: file.to_owned(),
+                format,
+                entries,
+            });
+        }
+    }
+
+    fn structured(&mut self, file: &str, text: &str) -> (Format, usize) {
+        let docs = match yaml::parse_stream(text) {
+            Ok(docs) => docs,
+            Err(e) => {
+                self.errors.push(LoadError {
+                    file: file.to_owned(),
+                    line: Some(e.line),
+                    entry: None,
+                    message: format!("not valid YAML: {}", e.message),
+                });
+                return (Format::Mixed, 0);
+            }
+        };
+        let mut format = None;
+        let mut entries = 0;
+        for doc in &docs {
+            let ctx = Ctx { file, doc };
+            if let Some((f, n)) = self.document(&ctx, &doc.value, "") {
+                entries += n;
+                format = match format {
+                    None => Some(f),
+                    Some(prev) if prev == f => Some(f),
+                    Some(_) => Some(Format::Mixed),
+                };
+            }
+        }
+        (format.unwrap_or(Format::Native), entries)
+    }
+
+    fn document(&mut self, ctx: &Ctx<'_>, value: &Value, ptr: &str) -> Option<(Format, usize)> {
+        let obj = match value {
+            Value::Null => return None,
+            Value::Object(obj) => obj,
+            other => {
+                self.errors
+                    .push(ctx.error(ptr, format!("expected a mapping, found {}", type_name(other))));
+                return None;
+            }
+        };
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "Allowlist" => {
+                let api = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                if api != API_VERSION {
+                    self.errors.push(ctx.error(
+                        &format!("{ptr}/apiVersion"),
+                        format!("apiVersion '{api}' is not supported for Allowlist; use {API_VERSION}"),
+                    ));
+                    return None;
+                }
+                Some((Format::Native, self.native(ctx, obj, ptr)))
+            }
+            "ClusterServiceVersion" => Some((Format::ClusterServiceVersion, self.csv(ctx, value, ptr))),
+            "ImageSetConfiguration" => Some((Format::ImageSetConfiguration, self.image_set(ctx, value, ptr))),
+            "List" => {
+                let items = obj.get("items").and_then(Value::as_array)?;
+                let mut result: Option<(Format, usize)> = None;
+                for (i, item) in items.iter().enumerate() {
+                    if let Some((f, n)) = self.document(ctx, item, &format!("{ptr}/items/{i}")) {
+                        result = Some(match result {
+                            None => (f, n),
+                            Some((prev, m)) => (if prev == f { f } else { Format::Mixed }, m + n),
+                        });
+                    }
+                }
+                result
+            }
+            "" => {
+                self.errors.push(ctx.error(ptr, "the document has no kind; expected Allowlist, ClusterServiceVersion or ImageSetConfiguration"));
+                None
+            }
+            other => {
+                self.errors.push(ctx.error(
+                    &format!("{ptr}/kind"),
+                    format!("kind '{other}' is not an allowlist source; expected Allowlist, ClusterServiceVersion or ImageSetConfiguration"),
+                ));
+                None
+            }
+        }
+    }
+
+    fn unknown_fields(
+        &mut self,
+        ctx: &Ctx<'_>,
+        obj: &serde_json::Map<String, Value>,
+        ptr: &str,
+        known: &[&str],
+    ) {
+        for key in obj.keys() {
+            if !known.contains(&key.as_str()) {
+                self.errors.push(ctx.error(
+                    &format!("{ptr}/{}", yaml::escape_token(key)),
+                    format!("unknown field '{key}' (expected one of: {})", known.join(", ")),
+                ));
+            }
+        }
+    }
+
+    fn list<'v>(&mut self, ctx: &Ctx<'_>, value: Option<&'v Value>, ptr: &str) -> &'v [Value] {
+        match value {
+            None | Some(Value::Null) => &[],
+            Some(Value::Array(items)) => items,
+            Some(other) => {
+                self.errors
+                    .push(ctx.error(ptr, format!("expected a list, found {}", type_name(other))));
+                &[]
+            }
+        }
+    }
+
+    fn string<'v>(&mut self, ctx: &Ctx<'_>, value: Option<&'v Value>, ptr: &str) -> Option<&'v str> {
+        match value {
+            Some(Value::String(s)) => Some(s),
+            None | Some(Value::Null) => {
+                self.errors.push(ctx.error(ptr, "is required"));
+                None
+            }
+            Some(other) => {
+                self.errors
+                    .push(ctx.error(ptr, format!("expected a string, found {}", type_name(other))));
+                None
+            }
+        }
+    }
+
+    fn native(&mut self, ctx: &Ctx<'_>, obj: &serde_json::Map<String, Value>, ptr: &str) -> usize {
+        self.unknown_fields(ctx, obj, ptr, &["apiVersion", "kind", "metadata", "spec"]);
+        let spec_ptr = format!("{ptr}/spec");
+        let spec = match obj.get("spec") {
+            Some(Value::Object(spec)) => spec,
+            None | Some(Value::Null) => return 0,
+            Some(other) => {
+                self.errors.push(ctx.error(
+                    &spec_ptr,
+                    format!("expected a mapping, found {}", type_name(other)),
+                ));
+                return 0;
+            }
+        };
+        self.unknown_fields(
+            ctx,
+            spec,
+            &spec_ptr,
+            &["repositories", "mirrors", "exemptImages", "shortNameRegistry"],
+        );
+
+        if let Some(v) = spec.get("shortNameRegistry") {
+            let p = format!("{spec_ptr}/shortNameRegistry");
+            if let Some(registry) = self.string(ctx, Some(v), &p) {
+                match reference::canonical_prefix(registry) {
+                    Ok(r) if !r.contains('/') => {
+                        if let Err(c) = self.builder.short_name_registry(&r, &ctx.origin(&p)) {
+                            self.errors.push(ctx.error(&p, c.to_string()));
+                        }
+                    }
+                    _ => self
+                        .errors
+                        .push(ctx.error(&p, format!("'{registry}' is not a registry host name"))),
+                }
+            }
+        }
+
+        let mut entries = 0;
+        let repos_ptr = format!("{spec_ptr}/repositories");
+        for (i, repo) in self
+            .list(ctx, spec.get("repositories"), &repos_ptr)
+            .iter()
+            .enumerate()
+        {
+            entries += self.native_repository(ctx, repo, &format!("{repos_ptr}/{i}"));
+        }
+
+        let mirrors_ptr = format!("{spec_ptr}/mirrors");
+        for (i, rule) in self
+            .list(ctx, spec.get("mirrors"), &mirrors_ptr)
+            .iter()
+            .enumerate()
+        {
+            self.native_mirror(ctx, rule, &format!("{mirrors_ptr}/{i}"));
+        }
+
+        let exempt_ptr = format!("{spec_ptr}/exemptImages");
+        for (i, pattern) in self
+            .list(ctx, spec.get("exemptImages"), &exempt_ptr)
+            .iter()
+            .enumerate()
+        {
+            let p = format!("{exempt_ptr}/{i}");
+            let Some(text) = self.string(ctx, Some(pattern), &p) else {
+                continue;
+            };
+            match Pattern::parse(text) {
+                Ok(pattern) => self.builder.exempt(Exemption {
+                    pattern,
+                    origin: ctx.origin(&p).to_string(),
+                }),
+                Err(e) => self.errors.push(ctx.error(&p, e.to_string())),
+            }
+        }
+        entries
+    }
+
+    fn native_repository(&mut self, ctx: &Ctx<'_>, repo: &Value, ptr: &str) -> usize {
+        let Value::Object(obj) = repo else {
+            self.errors
+                .push(ctx.error(ptr, format!("expected a mapping, found {}", type_name(repo))));
+            return 0;
+        };
+        self.unknown_fields(ctx, obj, ptr, &["name", "digests", "rewriteTo"]);
+        let name_ptr = format!("{ptr}/name");
+        let Some(name) = self.string(ctx, obj.get("name"), &name_ptr) else {
+            return 0;
+        };
+        let canonical = match reference::parse(name) {
+            Err(e) => {
+                self.errors
+                    .push(ctx.error(&name_ptr, format!("'{name}' is not a repository name: {e}")));
+                return 0;
+            }
+            Ok(r) if r.tag().is_some() || r.digest().is_some() => {
+                self.errors.push(ctx.error(
+                    &name_ptr,
+                    format!("'{name}' must be a repository name without tag or digest; list digests under 'digests'"),
+                ));
+                return 0;
+            }
+            Ok(r) => match r.canonical_repository(None) {
+                Some(c) => c.into_owned(),
+                None => {
+                    self.errors.push(ctx.error(
+                        &name_ptr,
+                        format!("'{name}' has no registry host; write it fully, e.g. quay.io/org/{name}"),
+                    ));
+                    return 0;
+                }
+            },
+        };
+
+        let digests_ptr = format!("{ptr}/digests");
+        let digests = self.list(ctx, obj.get("digests"), &digests_ptr);
+        if digests.is_empty() {
+            self.errors
+                .push(ctx.error(&digests_ptr, format!("{name} lists no promoted digests")));
+        }
+        let mut entries = 0;
+        for (i, d) in digests.iter().enumerate() {
+            let p = format!("{digests_ptr}/{i}");
+            let (digest, tags) = match d {
+                Value::String(s) => (s.as_str(), Vec::new()),
+                Value::Object(o) => {
+                    self.unknown_fields(ctx, o, &p, &["digest", "tags"]);
+                    let Some(digest) = self.string(ctx, o.get("digest"), &format!("{p}/digest")) else {
+                        continue;
+                    };
+                    let tags_ptr = format!("{p}/tags");
+                    let mut tags = Vec::new();
+                    for (j, t) in self.list(ctx, o.get("tags"), &tags_ptr).iter().enumerate() {
+                        let tp = format!("{tags_ptr}/{j}");
+                        let Some(tag) = self.string(ctx, Some(t), &tp) else {
+                            continue;
+                        };
+                        match reference::validate_tag_str(tag) {
+                            Ok(()) => tags.push(tag),
+                            Err(e) => self.errors.push(ctx.error(&tp, e.to_string())),
+                        }
+                    }
+                    (digest, tags)
+                }
+                other => {
+                    self.errors.push(ctx.error(
+                        &p,
+                        format!(
+                            "expected a digest or a mapping with 'digest' and 'tags', found {}",
+                            type_name(other)
+                        ),
+                    ));
+                    continue;
+                }
+            };
+            if let Err(e) = reference::validate_digest_str(digest) {
+                self.errors
+                    .push(ctx.error(&p, format!("'{digest}' is not a valid digest: {e}")));
+                continue;
+            }
+            match self.builder.promote(&canonical, digest, &tags, &ctx.origin(&p)) {
+                Ok(()) => entries += 1,
+                Err(c) => self.errors.push(ctx.error(&p, c.to_string())),
+            }
+        }
+
+        if let Some(v) = obj.get("rewriteTo") {
+            let p = format!("{ptr}/rewriteTo");
+            if let Some(digest) = self.string(ctx, Some(v), &p) {
+                if let Err(c) = self.builder.rewrite_to(&canonical, digest, &ctx.origin(&p)) {
+                    self.errors.push(ctx.error(&p, c.to_string()));
+                }
+            }
+        }
+        entries
+    }
+
+    fn native_mirror(&mut self, ctx: &Ctx<'_>, rule: &Value, ptr: &str) {
+        let Value::Object(obj) = rule else {
+            self.errors
+                .push(ctx.error(ptr, format!("expected a mapping, found {}", type_name(rule))));
+            return;
+        };
+        self.unknown_fields(ctx, obj, ptr, &["source", "mirrors"]);
+        let source_ptr = format!("{ptr}/source");
+        let Some(source) = self.string(ctx, obj.get("source"), &source_ptr) else {
+            return;
+        };
+        let source = match reference::canonical_prefix(source) {
+            Ok(s) => s,
+            Err(e) => {
+                self.errors.push(ctx.error(
+                    &source_ptr,
+                    format!("'{source}' is not a registry or repository prefix: {e}"),
+                ));
+                return;
+            }
+        };
+        let mirrors_ptr = format!("{ptr}/mirrors");
+        let mut mirrors = Vec::new();
+        for (i, m) in self
+            .list(ctx, obj.get("mirrors"), &mirrors_ptr)
+            .iter()
+            .enumerate()
+        {
+            let p = format!("{mirrors_ptr}/{i}");
+            let Some(text) = self.string(ctx, Some(m), &p) else {
+                continue;
+            };
+            match reference::canonical_prefix(text) {
+                Ok(m) => mirrors.push(m),
+                Err(e) => self.errors.push(ctx.error(
+                    &p,
+                    format!("'{text}' is not a registry or repository prefix: {e}"),
+                )),
+            }
+        }
+        if mirrors.is_empty() {
+            self.errors.push(ctx.error(&mirrors_ptr, "lists no mirrors"));
+        }
+        self.builder.mirror(&source, &mirrors);
+    }
+
+    /// `spec.relatedImages[].image` and the `RELATED_IMAGE_*` env values of
+    /// the operator's deployments.
+    fn csv(&mut self, ctx: &Ctx<'_>, csv: &Value, ptr: &str) -> usize {
+        let mut entries = 0;
+        if let Some(Value::Array(related)) = csv.pointer("/spec/relatedImages") {
+            for (i, item) in related.iter().enumerate() {
+                let p = format!("{ptr}/spec/relatedImages/{i}/image");
+                if let Some(image) = self.string(ctx, item.get("image"), &p) {
+                    entries += self.promote_image(ctx, image, &p);
+                }
+            }
+        }
+        if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {
+            for (d, deployment) in deployments.iter().enumerate() {
+                for list in ["containers", "initContainers"] {
+                    let Some(Value::Array(containers)) =
+                        deployment.pointer(&format!("/spec/template/spec/{list}"))
+                    else {
+                        continue;
+                    };
+                    for (c, container) in containers.iter().enumerate() {
+                        let Some(Value::Array(env)) = container.get("env") else {
+                            continue;
+                        };
+                        for (e, var) in env.iter().enumerate() {
+                            let related = var
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .is_some_and(|n| n.starts_with("RELATED_IMAGE_"));
+                            if !related {
+                                continue;
+                            }
+                            let p = format!(
+                                "{ptr}/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
+                            );
+                            if let Some(image) = self.string(ctx, var.get("value"), &p) {
+                                entries += self.promote_image(ctx, image, &p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        entries
+    }
+
+    /// `mirror.additionalImages[].name`.
+    fn image_set(&mut self, ctx: &Ctx<'_>, isc: &Value, ptr: &str) -> usize {
+        let mut entries = 0;
+        if let Some(Value::Array(images)) = isc.pointer("/mirror/additionalImages") {
+            for (i, item) in images.iter().enumerate() {
+                let p = format!("{ptr}/mirror/additionalImages/{i}/name");
+                if let Some(image) = self.string(ctx, item.get("name"), &p) {
+                    entries += self.promote_image(ctx, image, &p);
+                }
+            }
+        }
+        entries
+    }
+
+    fn plain_list(&mut self, file: &str, text: &str) -> usize {
+        let mut entries = 0;
+        for (n, line) in text.lines().enumerate() {
+            let content = match line.find('#') {
+                Some(i) if i == 0 || line[..i].ends_with(char::is_whitespace) => &line[..i],
+                _ => line,
+            }
+            .trim();
+            if content.is_empty() {
+                continue;
+            }
+            let error = |message: String| LoadError {
+                file: file.to_owned(),
+                line: Some(n + 1),
+                entry: Some(content.to_owned()),
+                message,
+            };
+            let origin = Origin {
+                file: file.to_owned(),
+                line: n + 1,
+            };
+            match promotable(content) {
+                Ok((repo, digest, tag)) => {
+                    let tags: Vec<&str> = tag.into_iter().collect();
+                    match self.builder.promote(&repo, digest, &tags, &origin) {
+                        Ok(()) => entries += 1,
+                        Err(c) => self.errors.push(error(c.to_string())),
+                    }
+                }
+                Err(message) => self.errors.push(error(message)),
+            }
+        }
+        entries
+    }
+
+    /// Promotes an image listed by a CSV or ImageSetConfiguration. Those also
+    /// list images pinned only by tag, which cannot be promoted: skip them
+    /// with a warning rather than refuse the operator's whole list.
+    fn promote_image(&mut self, ctx: &Ctx<'_>, image: &str, ptr: &str) -> usize {
+        match promotable(image) {
+            Ok((repo, digest, tag)) => {
+                let tags: Vec<&str> = tag.into_iter().collect();
+                match self.builder.promote(&repo, digest, &tags, &ctx.origin(ptr)) {
+                    Ok(()) => 1,
+                    Err(c) => {
+                        self.errors.push(ctx.error(ptr, c.to_string()));
+                        0
+                    }
+                }
+            }
+            Err(message) if reference::parse(image).is_ok() => {
+                self.warnings.push(ctx.error(ptr, format!("{message}; skipped")));
+                0
+            }
+            Err(message) => {
+                self.errors.push(ctx.error(ptr, message));
+                0
+            }
+        }
+    }
+}
+
+/// Splits a promoted image into (canonical repository, digest, tag), or says
+/// why it cannot be promoted.
+fn promotable(image: &str) -> Result<(String, &str, Option<&str>), String> {
+    let r = reference::parse(image).map_err(|e| format!("'{image}' is not a valid image reference: {e}"))?;
+    let Some(digest) = r.digest() else {
+        return Err(format!(
+            "'{image}' is not pinned by digest; a promoted list needs repo[:tag]@sha256:..."
+        ));
+    };
+    let Some(repo) = r.canonical_repository(None) else {
+        return Err(format!(
+            "'{image}' has no registry host; write it fully, e.g. quay.io/org/{}",
+            r.name()
+        ));
+    };
+    Ok((repo.into_owned(), digest, r.tag()))
+}
+
+/// Structured sources declare `apiVersion`/`kind` (or are JSON); plain lists
+/// never contain either.
+fn is_structured(text: &str) -> bool {
+    text.lines().any(|line| {
+        let t = line.trim_start();
+        t.starts_with('{')
+            || ["apiVersion", "kind", "\"apiVersion\"", "\"kind\""]
+                .iter()
+                .any(|k| {
+                    t.strip_prefix(k)
+                        .is_some_and(|rest| rest.trim_start().starts_with(':'))
+                })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+    const B: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+
+    fn errors(name: &str, text: &str) -> Vec<LoadError> {
+        load_text(name, text).expect_err("should fail").0
+    }
+
+    #[test]
+    fn native_document_loads() {
+        let text = format!(
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nmetadata: {{name: x}}\nspec:\n  repositories:\n    - name: registry.redhat.io/rhods/ovms\n      digests:\n        - digest: {A}\n          tags: [\"v1.21.0-15\"]\n        - {B}\n      rewriteTo: {A}\n  mirrors:\n    - source: registry.redhat.io/rhods\n      mirrors: [quay.io/modh]\n  exemptImages: [\"quay.io/platform/debug-*\"]\n"
+        );
+        let loaded = load_text("a.yaml", &text).unwrap();
+        let list = &loaded.allowlist;
+        assert_eq!(loaded.sources[0].format, Format::Native);
+        assert_eq!(loaded.sources[0].entries, 2);
+        let c = list.candidates("registry.redhat.io/rhods/ovms");
+        assert!(c.is_promoted(A) && c.is_promoted(B));
+        assert_eq!(&*c.default_target().unwrap().digest, A);
+        assert_eq!(&*c.digest_for_tag("v1.21.0-15").unwrap().digest, A);
+        assert!(list.candidates("quay.io/modh/ovms").is_promoted(A));
+        assert!(
+            list.exemption("quay.io/platform/debug-shell", None, None)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn native_errors_name_line_and_entry() {
+        let text = "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  repositories:\n    - name: quay.io/x\n      digests:\n        - sha256:abc\n    - name: nginx\n      digests: [sha256:0000000000000000000000000000000000000000000000000000000000000000]\n    - name: quay.io/y\n      digestz: []\n";
+        let errs = errors("bad.yaml", text);
+        let shown: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|e| e.starts_with("bad.yaml:7: spec.repositories[0].digests[0]: 'sha256:abc'")),
+            "{shown:#?}"
+        );
+        assert!(shown.iter().any(|e| e.starts_with("bad.yaml:8: spec.repositories[1].name: 'nginx' has no registry host")), "{shown:#?}");
+        assert!(
+            shown
+                .iter()
+                .any(|e| e.contains("bad.yaml:11: spec.repositories[2].digestz: unknown field 'digestz'")),
+            "{shown:#?}"
+        );
+    }
+
+    #[test]
+    fn rewrite_to_must_be_promoted() {
+        let text = format!(
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  repositories:\n    - name: quay.io/x\n      digests: [{A}]\n      rewriteTo: {B}\n"
+        );
+        let errs = errors("a.yaml", &text);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].line, Some(7));
+        assert!(
+            errs[0].message.contains("not one of its promoted digests"),
+            "{}",
+            errs[0]
+        );
+    }
+
+    #[test]
+    fn csv_related_images_and_env_load() {
+        let text = format!(
+            "apiVersion: operators.coreos.com/v1alpha1\nkind: ClusterServiceVersion\nmetadata: {{name: rhods-operator.1.21.0}}\nspec:\n  relatedImages:\n    - name: ovms\n      image: registry.redhat.io/rhods/ovms:v1.21.0-15@{A}\n    - name: tagged\n      image: registry.redhat.io/rhods/other:latest\n  install:\n    strategy: deployment\n    spec:\n      deployments:\n        - name: rhods-operator\n          spec:\n            template:\n              spec:\n                containers:\n                  - name: manager\n                    image: registry.redhat.io/rhods/operator@{B}\n                    env:\n                      - name: RELATED_IMAGE_ODH_DASHBOARD_IMAGE\n                        value: registry.redhat.io/rhods/dashboard@{B}\n                      - name: OTHER\n                        value: not-an-image\n"
+        );
+        let loaded = load_text("csv.yaml", &text).unwrap();
+        assert_eq!(loaded.sources[0].format, Format::ClusterServiceVersion);
+        assert_eq!(loaded.sources[0].entries, 2);
+        let list = &loaded.allowlist;
+        assert_eq!(
+            &*list
+                .candidates("registry.redhat.io/rhods/ovms")
+                .digest_for_tag("v1.21.0-15")
+                .unwrap()
+                .digest,
+            A
+        );
+        assert!(
+            list.candidates("registry.redhat.io/rhods/dashboard")
+                .is_promoted(B)
+        );
+        // The operator's own image is not a related image.
+        assert!(list.candidates("registry.redhat.io/rhods/operator").is_empty());
+        assert_eq!(loaded.warnings.len(), 1);
+        assert!(
+            loaded.warnings[0]
+                .to_string()
+                .contains("spec.relatedImages[1].image"),
+            "{}",
+            loaded.warnings[0]
+        );
+    }
+
+    #[test]
+    fn image_set_configuration_loads() {
+        let text = format!(
+            "kind: ImageSetConfiguration\napiVersion: mirror.openshift.io/v1alpha2\nmirror:\n  additionalImages:\n    - name: quay.io/modh/openvino_model_server@{A}\n    - name: registry.redhat.io/ubi8/ubi:latest\n"
+        );
+        let loaded = load_text("isc.yaml", &text).unwrap();
+        assert_eq!(loaded.sources[0].format, Format::ImageSetConfiguration);
+        assert!(
+            loaded
+                .allowlist
+                .candidates("quay.io/modh/openvino_model_server")
+                .is_promoted(A)
+        );
+        assert_eq!(loaded.warnings.len(), 1);
+    }
+
+    #[test]
+    fn plain_lists_load_with_comments() {
+        let text = format!(
+            "# promoted for 1.21\nregistry.redhat.io/rhods/ovms:v1.21.0-15@{A}  # the runtime\n\nquay.io/modh/x@{B}\n"
+        );
+        let loaded = load_text("list.txt", &text).unwrap();
+        assert_eq!(loaded.sources[0].format, Format::PlainList);
+        assert_eq!(loaded.sources[0].entries, 2);
+        let errs = errors(
+            "list.txt",
+            "quay.io/x:v1\nnginx@sha256:0000000000000000000000000000000000000000000000000000000000000000\n",
+        );
+        assert_eq!(errs.len(), 2);
+        assert_eq!((errs[0].line, errs[1].line), (Some(1), Some(2)));
+        assert!(errs[0].message.contains("not pinned by digest"));
+        assert!(errs[1].message.contains("no registry host"));
+    }
+
+    #[test]
+    fn unknown_kinds_and_bad_yaml_are_errors() {
+        let errs = errors("x.yaml", "apiVersion: v1\nkind: ConfigMap\n");
+        assert!(
+            errs[0]
+                .message
+                .contains("kind 'ConfigMap' is not an allowlist source")
+        );
+        let errs = errors("x.yaml", "apiVersion: v1\nkind: [\n");
+        assert!(errs[0].message.starts_with("not valid YAML"));
+        assert!(errs[0].line.is_some());
+    }
+
+    #[test]
+    fn dotted_paths_read_like_yaml() {
+        assert_eq!(
+            dotted("/spec/repositories/2/digests/0"),
+            "spec.repositories[2].digests[0]"
+        );
+        assert_eq!(
+            dotted("/items/1/spec/relatedImages/0/image"),
+            "items[1].spec.relatedImages[0].image"
+        );
+    }
+}

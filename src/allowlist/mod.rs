@@ -1,0 +1,512 @@
+//! The allowlist of promoted digests: which digests of which repository may
+//! run, with the tags people know them by, an optional rewrite target, mirror
+//! equivalences and exemptions.
+//!
+//! An [`Allowlist`] is immutable once built; the server swaps whole snapshots.
+//! Every lookup is a hash probe per path prefix of the image's repository, so
+//! its cost does not grow with the number of entries.
+
+mod emit;
+mod exempt;
+mod load;
+
+use std::collections::HashMap;
+use std::fmt;
+
+pub use emit::to_native_yaml;
+pub use exempt::{Exemption, Pattern, PatternError};
+pub use load::{Format, LoadError, LoadErrors, Loaded, SourceSummary, load_paths, load_text};
+
+/// Where an entry came from, for conflict messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub file: String,
+    pub line: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// One promoted digest of a repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promoted {
+    /// `algorithm:hex`.
+    pub digest: Box<str>,
+    /// Tags this digest was published under.
+    pub tags: Vec<Box<str>>,
+}
+
+/// A repository's promoted digests.
+#[derive(Debug, Clone)]
+pub struct Repository {
+    /// Canonical `registry/path`.
+    pub name: Box<str>,
+    /// Promoted digests in the order the allowlist lists them.
+    pub digests: Vec<Promoted>,
+    by_digest: HashMap<Box<str>, usize>,
+    by_tag: HashMap<Box<str>, usize>,
+    rewrite_to: Option<usize>,
+}
+
+// === impl Repository ===
+
+impl Repository {
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            digests: Vec::new(),
+            by_digest: HashMap::new(),
+            by_tag: HashMap::new(),
+            rewrite_to: None,
+        }
+    }
+
+    /// Whether `digest` is promoted here.
+    pub fn is_promoted(&self, digest: &str) -> bool {
+        self.by_digest.contains_key(digest)
+    }
+
+    /// The promoted digest published under `tag`.
+    pub fn digest_for_tag(&self, tag: &str) -> Option<&Promoted> {
+        self.by_tag.get(tag).map(|&i| &self.digests[i])
+    }
+
+    /// The explicit rewrite target.
+    pub fn rewrite_to(&self) -> Option<&Promoted> {
+        self.rewrite_to.map(|i| &self.digests[i])
+    }
+}
+
+/// A mirror rule: repositories under `mirror` share the promoted digests of
+/// the same path under `source` (ImageDigestMirrorSet semantics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorRule {
+    pub source: String,
+    pub mirrors: Vec<String>,
+}
+
+/// The promoted-digest allowlist.
+#[derive(Debug, Clone, Default)]
+pub struct Allowlist {
+    repos: HashMap<Box<str>, Repository>,
+    /// Repository names in first-seen order, for stable output.
+    order: Vec<Box<str>>,
+    /// Mirror prefix → source prefixes.
+    mirrors: HashMap<Box<str>, Vec<Box<str>>>,
+    mirror_rules: Vec<MirrorRule>,
+    exemptions: Vec<Exemption>,
+    short_name_registry: Option<String>,
+    /// Last path component → canonical repositories, for "did you mean".
+    by_basename: HashMap<Box<str>, Vec<Box<str>>>,
+}
+
+/// The repositories an image's promoted digests come from: its own entry and
+/// the sources it mirrors.
+#[derive(Debug, Clone, Default)]
+pub struct Candidates<'a> {
+    entries: Vec<&'a Repository>,
+}
+
+impl<'a> Candidates<'a> {
+    /// Whether the repository is listed at all.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether `digest` is promoted for the repository.
+    pub fn is_promoted(&self, digest: &str) -> bool {
+        self.entries.iter().any(|r| r.is_promoted(digest))
+    }
+
+    /// The digest published under `tag`.
+    pub fn digest_for_tag(&self, tag: &str) -> Option<&'a Promoted> {
+        self.entries.iter().find_map(|r| r.digest_for_tag(tag))
+    }
+
+    /// The rewrite target when no tag decides: an explicit `rewriteTo`, else
+    /// the only promoted digest. `None` when that is ambiguous.
+    pub fn default_target(&self) -> Option<&'a Promoted> {
+        let mut explicit = self.entries.iter().filter_map(|r| r.rewrite_to());
+        if let Some(first) = explicit.next() {
+            return explicit.all(|p| p.digest == first.digest).then_some(first);
+        }
+        let mut all = self.entries.iter().flat_map(|r| r.digests.iter());
+        let first = all.next()?;
+        all.all(|p| p.digest == first.digest).then_some(first)
+    }
+
+    /// Every promoted digest, first-listed first, without duplicates.
+    pub fn promoted(&self) -> Vec<&'a Promoted> {
+        let mut out: Vec<&Promoted> = Vec::new();
+        for p in self.entries.iter().flat_map(|r| r.digests.iter()) {
+            if !out.iter().any(|q| q.digest == p.digest) {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+// === impl Allowlist ===
+
+impl Allowlist {
+    /// The entries for a canonical repository name, following mirror rules.
+    pub fn candidates(&self, repository: &str) -> Candidates<'_> {
+        let mut entries = Vec::new();
+        if let Some(r) = self.repos.get(repository) {
+            entries.push(r);
+        }
+        if !self.mirrors.is_empty() {
+            let prefixes = repository
+                .match_indices('/')
+                .map(|(i, _)| i)
+                .chain(std::iter::once(repository.len()));
+            for end in prefixes {
+                let Some(sources) = self.mirrors.get(&repository[..end]) else {
+                    continue;
+                };
+                for source in sources {
+                    let mapped = format!("{source}{}", &repository[end..]);
+                    if let Some(r) = self.repos.get(mapped.as_str()) {
+                        if !entries.iter().any(|e| std::ptr::eq(*e, r)) {
+                            entries.push(r);
+                        }
+                    }
+                }
+            }
+        }
+        Candidates { entries }
+    }
+
+    /// The first exemption that matches the image.
+    pub fn exemption(&self, repository: &str, tag: Option<&str>, digest: Option<&str>) -> Option<&Exemption> {
+        self.exemptions
+            .iter()
+            .find(|e| e.pattern.matches(repository, tag, digest))
+    }
+
+    /// Whether any exemptions are configured.
+    pub fn has_exemptions(&self) -> bool {
+        !self.exemptions.is_empty()
+    }
+
+    /// The registry short names resolve to, if the allowlist opts into it.
+    pub fn short_name_registry(&self) -> Option<&str> {
+        self.short_name_registry.as_deref()
+    }
+
+    /// Listed repositories whose last path component is `basename`.
+    pub fn similar(&self, basename: &str) -> &[Box<str>] {
+        self.by_basename.get(basename).map_or(&[], Vec::as_slice)
+    }
+
+    /// A repository by canonical name, without mirror rules.
+    pub fn repository(&self, name: &str) -> Option<&Repository> {
+        self.repos.get(name)
+    }
+
+    /// Repositories in first-listed order.
+    pub fn repositories(&self) -> impl Iterator<Item = &Repository> {
+        self.order.iter().map(|n| &self.repos[n])
+    }
+
+    /// Mirror rules as listed.
+    pub fn mirror_rules(&self) -> &[MirrorRule] {
+        &self.mirror_rules
+    }
+
+    /// Exemptions as listed.
+    pub fn exemptions(&self) -> &[Exemption] {
+        &self.exemptions
+    }
+
+    /// Number of repositories.
+    pub fn repository_count(&self) -> usize {
+        self.repos.len()
+    }
+
+    /// Number of promoted (repository, digest) pairs.
+    pub fn digest_count(&self) -> usize {
+        self.repos.values().map(|r| r.digests.len()).sum()
+    }
+}
+
+/// Collects entries from any number of sources and checks they agree.
+#[derive(Debug, Default)]
+pub struct Builder {
+    list: Allowlist,
+    tag_origins: HashMap<(Box<str>, Box<str>), Origin>,
+    rewrite_origins: HashMap<Box<str>, Origin>,
+    short_name_origin: Option<Origin>,
+}
+
+/// Two sources disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    #[error("tag '{tag}' of {repository} names {digest}, but {first} names {other} for it")]
+    Tag {
+        repository: String,
+        tag: String,
+        digest: String,
+        other: String,
+        first: Origin,
+    },
+    #[error("rewriteTo of {repository} is {digest}, but {first} sets it to {other}")]
+    RewriteTo {
+        repository: String,
+        digest: String,
+        other: String,
+        first: Origin,
+    },
+    #[error("rewriteTo of {repository} is {digest}, which is not one of its promoted digests")]
+    RewriteToNotPromoted { repository: String, digest: String },
+    #[error("shortNameRegistry is {registry}, but {first} sets it to {other}")]
+    ShortNameRegistry {
+        registry: String,
+        other: String,
+        first: Origin,
+    },
+}
+
+// === impl Builder ===
+
+impl Builder {
+    /// Promotes `digest` of the canonical `repository`, known by `tags`.
+    pub fn promote(
+        &mut self,
+        repository: &str,
+        digest: &str,
+        tags: &[&str],
+        origin: &Origin,
+    ) -> Result<(), Box<Conflict>> {
+        if !self.list.repos.contains_key(repository) {
+            self.list.order.push(repository.into());
+            let basename = repository.rsplit('/').next().unwrap_or(repository);
+            self.list
+                .by_basename
+                .entry(basename.into())
+                .or_default()
+                .push(repository.into());
+        }
+        let repo = self
+            .list
+            .repos
+            .entry(repository.into())
+            .or_insert_with(|| Repository::new(repository));
+        let index = match repo.by_digest.get(digest) {
+            Some(&i) => i,
+            None => {
+                repo.digests.push(Promoted {
+                    digest: digest.into(),
+                    tags: Vec::new(),
+                });
+                repo.by_digest.insert(digest.into(), repo.digests.len() - 1);
+                repo.digests.len() - 1
+            }
+        };
+        for &tag in tags {
+            match repo.by_tag.get(tag) {
+                Some(&i) if i == index => {}
+                Some(&i) => {
+                    let first = self.tag_origins[&(repository.into(), tag.into())].clone();
+                    return Err(Box::new(Conflict::Tag {
+                        repository: repository.to_owned(),
+                        tag: tag.to_owned(),
+                        digest: digest.to_owned(),
+                        other: repo.digests[i].digest.to_string(),
+                        first,
+                    }));
+                }
+                None => {
+                    repo.by_tag.insert(tag.into(), index);
+                    repo.digests[index].tags.push(tag.into());
+                    self.tag_origins
+                        .insert((repository.into(), tag.into()), origin.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the explicit rewrite target of `repository`. Checked against its
+    /// digests when the allowlist is built.
+    pub fn rewrite_to(
+        &mut self,
+        repository: &str,
+        digest: &str,
+        origin: &Origin,
+    ) -> Result<(), Box<Conflict>> {
+        if let Some(first) = self.rewrite_origins.get(repository) {
+            let current = self.list.repos.get(repository).and_then(|r| r.rewrite_to());
+            let other = current.map_or_else(String::new, |p| p.digest.to_string());
+            if other != digest {
+                return Err(Box::new(Conflict::RewriteTo {
+                    repository: repository.to_owned(),
+                    digest: digest.to_owned(),
+                    other,
+                    first: first.clone(),
+                }));
+            }
+            return Ok(());
+        }
+        let repo = self.list.repos.get_mut(repository);
+        let Some(index) = repo.as_ref().and_then(|r| r.by_digest.get(digest).copied()) else {
+            return Err(Box::new(Conflict::RewriteToNotPromoted {
+                repository: repository.to_owned(),
+                digest: digest.to_owned(),
+            }));
+        };
+        repo.expect("checked above").rewrite_to = Some(index);
+        self.rewrite_origins.insert(repository.into(), origin.clone());
+        Ok(())
+    }
+
+    /// Adds a mirror rule (prefixes already canonical).
+    pub fn mirror(&mut self, source: &str, mirrors: &[String]) {
+        for m in mirrors {
+            let sources = self.list.mirrors.entry(m.as_str().into()).or_default();
+            if !sources.iter().any(|s| &**s == source) {
+                sources.push(source.into());
+            }
+        }
+        match self.list.mirror_rules.iter_mut().find(|r| r.source == source) {
+            Some(rule) => {
+                for m in mirrors {
+                    if !rule.mirrors.contains(m) {
+                        rule.mirrors.push(m.clone());
+                    }
+                }
+            }
+            None => self.list.mirror_rules.push(MirrorRule {
+                source: source.to_owned(),
+                mirrors: mirrors.to_vec(),
+            }),
+        }
+    }
+
+    /// Adds an exemption.
+    pub fn exempt(&mut self, exemption: Exemption) {
+        if !self
+            .list
+            .exemptions
+            .iter()
+            .any(|e| e.pattern == exemption.pattern)
+        {
+            self.list.exemptions.push(exemption);
+        }
+    }
+
+    /// Opts short names into resolution against `registry`.
+    pub fn short_name_registry(&mut self, registry: &str, origin: &Origin) -> Result<(), Box<Conflict>> {
+        match (&self.list.short_name_registry, &self.short_name_origin) {
+            (Some(current), Some(first)) if current != registry => {
+                Err(Box::new(Conflict::ShortNameRegistry {
+                    registry: registry.to_owned(),
+                    other: current.clone(),
+                    first: first.clone(),
+                }))
+            }
+            _ => {
+                self.list.short_name_registry = Some(registry.to_owned());
+                self.short_name_origin = Some(origin.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// The finished allowlist.
+    pub fn build(self) -> Allowlist {
+        self.list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    fn origin(line: usize) -> Origin {
+        Origin {
+            file: "a.yaml".into(),
+            line,
+        }
+    }
+
+    #[test]
+    fn tags_and_rewrite_targets_resolve() {
+        let mut b = Builder::default();
+        b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
+        b.promote("quay.io/x/y", &d('b'), &["v2"], &origin(2)).unwrap();
+        let list = b.build();
+        let c = list.candidates("quay.io/x/y");
+        assert!(c.is_promoted(&d('a')));
+        assert_eq!(&*c.digest_for_tag("v2").unwrap().digest, d('b'));
+        // Two digests and no rewriteTo: nothing decides.
+        assert!(c.default_target().is_none());
+
+        let mut b = Builder::default();
+        b.promote("quay.io/x/y", &d('a'), &[], &origin(1)).unwrap();
+        b.promote("quay.io/x/y", &d('b'), &[], &origin(2)).unwrap();
+        b.rewrite_to("quay.io/x/y", &d('b'), &origin(3)).unwrap();
+        let list = b.build();
+        assert_eq!(
+            &*list.candidates("quay.io/x/y").default_target().unwrap().digest,
+            d('b')
+        );
+    }
+
+    #[test]
+    fn a_tag_naming_two_digests_is_a_conflict() {
+        let mut b = Builder::default();
+        b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
+        let err = b
+            .promote("quay.io/x/y", &d('b'), &["v1"], &origin(7))
+            .unwrap_err();
+        assert!(
+            matches!(*err, Conflict::Tag { ref first, .. } if first.line == 1),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn two_rewrite_targets_are_a_conflict() {
+        let mut b = Builder::default();
+        b.promote("quay.io/x/y", &d('a'), &[], &origin(1)).unwrap();
+        b.promote("quay.io/x/y", &d('b'), &[], &origin(1)).unwrap();
+        b.rewrite_to("quay.io/x/y", &d('a'), &origin(2)).unwrap();
+        b.rewrite_to("quay.io/x/y", &d('a'), &origin(5)).unwrap();
+        let err = b.rewrite_to("quay.io/x/y", &d('b'), &origin(9)).unwrap_err();
+        assert!(matches!(*err, Conflict::RewriteTo { .. }), "{err}");
+        let err = b.rewrite_to("quay.io/x/z", &d('b'), &origin(9)).unwrap_err();
+        assert!(matches!(*err, Conflict::RewriteToNotPromoted { .. }), "{err}");
+    }
+
+    #[test]
+    fn mirrors_share_their_sources_digests() {
+        let mut b = Builder::default();
+        b.promote("registry.redhat.io/rhods/ovms", &d('a'), &["v1"], &origin(1))
+            .unwrap();
+        b.mirror("registry.redhat.io/rhods", &["quay.io/modh".to_owned()]);
+        let list = b.build();
+        assert!(list.candidates("quay.io/modh/ovms").is_promoted(&d('a')));
+        assert!(list.candidates("quay.io/modh/other").is_empty());
+        assert!(list.candidates("quay.io/modhx/ovms").is_empty());
+        assert!(list.candidates("quay.io/other/ovms").is_empty());
+    }
+
+    #[test]
+    fn similar_names_are_found_by_basename() {
+        let mut b = Builder::default();
+        b.promote("quay.io/opendatahub/ovms-1", &d('a'), &[], &origin(1))
+            .unwrap();
+        let list = b.build();
+        assert_eq!(list.similar("ovms-1"), &["quay.io/opendatahub/ovms-1".into()]);
+        assert!(list.similar("ovms").is_empty());
+    }
+}

@@ -1,0 +1,864 @@
+//! YAML and JSON documents read together with the position of every node.
+//!
+//! Manifests are turned into `serde_json::Value`s (what the apiserver would
+//! see) plus a table from JSON Pointer to source position, so messages can
+//! name lines and `check --fix` can rewrite a scalar where it stands instead of
+//! re-serialising the user's file. Values follow the YAML 1.2 core schema;
+//! anchors, aliases and `<<` merge keys are expanded the way kubectl's YAML
+//! reader expands them, so an image hidden behind an alias is still seen.
+
+use std::collections::HashMap;
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span, Tag};
+use serde_json::{Map, Number, Value};
+
+/// Nodes an input may create through aliases before it is refused as an alias
+/// bomb ("billion laughs").
+const ALIAS_EXPANSION_LIMIT: usize = 1_000_000;
+
+/// A syntax or structure error, with the 1-based line and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line} column {column}: {message}")]
+pub struct YamlError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// Where a node stands in the source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node {
+    /// 1-based line.
+    pub line: usize,
+    /// 0-based column, in characters.
+    pub col: usize,
+    start: usize,
+    end: usize,
+    style: Option<ScalarStyle>,
+}
+
+/// One document of a stream.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The document as JSON.
+    pub value: Value,
+    /// Position of the document in the stream (0-based).
+    pub index: usize,
+    /// Line where the document's content starts.
+    pub line: usize,
+    nodes: HashMap<String, Node>,
+}
+
+impl Document {
+    /// Position of the node at `pointer` (RFC 6901), if it came from the text.
+    pub fn node(&self, pointer: &str) -> Option<Node> {
+        self.nodes.get(pointer).copied()
+    }
+
+    /// Line of the node at `pointer`, or of the closest enclosing node.
+    pub fn line_of(&self, pointer: &str) -> usize {
+        let mut p = pointer;
+        loop {
+            if let Some(node) = self.nodes.get(p) {
+                return node.line;
+            }
+            match p.rfind('/') {
+                Some(i) => p = &p[..i],
+                None => return self.line,
+            }
+        }
+    }
+}
+
+/// Parses every document of a YAML (or JSON) stream. Empty documents are kept
+/// as `Value::Null` so document indexes match what the user counts.
+pub fn parse_stream(text: &str) -> Result<Vec<Document>, YamlError> {
+    let mut builder = Builder::default();
+    for item in Parser::new_from_str(text) {
+        let (event, span) = item.map_err(|e| YamlError {
+            line: e.marker().line(),
+            column: e.marker().col() + 1,
+            message: e.info().to_owned(),
+        })?;
+        builder.event(event, span)?;
+    }
+    Ok(builder.docs)
+}
+
+/// Escapes one reference token for a JSON Pointer (RFC 6901).
+pub fn escape_token(token: &str) -> std::borrow::Cow<'_, str> {
+    if token.contains(['~', '/']) {
+        token.replace('~', "~0").replace('/', "~1").into()
+    } else {
+        token.into()
+    }
+}
+
+#[derive(Debug)]
+enum Frame {
+    Seq {
+        items: Vec<Value>,
+        ptr: String,
+        anchor: usize,
+        locs_start: usize,
+    },
+    Map {
+        map: Map<String, Value>,
+        ptr: String,
+        anchor: usize,
+        locs_start: usize,
+        key: Option<Key>,
+        /// Merge sources in precedence order, each with the pointer its
+        /// positions were recorded under.
+        merges: Vec<(Map<String, Value>, String)>,
+    },
+}
+
+#[derive(Debug)]
+struct Key {
+    text: String,
+    merge: bool,
+}
+
+#[derive(Debug)]
+struct Anchored {
+    value: Value,
+    /// Positions relative to the anchored node ("" is the node itself).
+    locs: Vec<(String, Node)>,
+    size: usize,
+}
+
+#[derive(Debug, Default)]
+struct Builder {
+    docs: Vec<Document>,
+    stack: Vec<Frame>,
+    locs: Vec<(String, Node)>,
+    anchors: HashMap<usize, Anchored>,
+    expanded: usize,
+    doc_line: usize,
+    root: Option<Value>,
+}
+
+fn node_at(span: &Span, style: Option<ScalarStyle>) -> Node {
+    Node {
+        line: span.start.line(),
+        col: span.start.col(),
+        start: span.start.index(),
+        end: span.end.index(),
+        style,
+    }
+}
+
+fn error_at(span: &Span, message: impl Into<String>) -> YamlError {
+    YamlError {
+        line: span.start.line(),
+        column: span.start.col() + 1,
+        message: message.into(),
+    }
+}
+
+// === impl Builder ===
+
+impl Builder {
+    fn event(&mut self, event: Event<'_>, span: Span) -> Result<(), YamlError> {
+        match event {
+            Event::DocumentStart(_) => {
+                self.locs.clear();
+                self.anchors.clear();
+                self.root = None;
+                self.doc_line = span.start.line();
+            }
+            Event::DocumentEnd => {
+                let nodes = self.locs.drain(..).collect();
+                self.docs.push(Document {
+                    value: self.root.take().unwrap_or(Value::Null),
+                    index: self.docs.len(),
+                    line: self.doc_line,
+                    nodes,
+                });
+            }
+            Event::MappingStart(anchor, _) => {
+                let ptr = self.child_pointer(&span)?;
+                let locs_start = self.locs.len();
+                self.locs.push((ptr.clone(), node_at(&span, None)));
+                self.stack.push(Frame::Map {
+                    map: Map::new(),
+                    ptr,
+                    anchor,
+                    locs_start,
+                    key: None,
+                    merges: Vec::new(),
+                });
+            }
+            Event::SequenceStart(anchor, _) => {
+                let ptr = self.child_pointer(&span)?;
+                let locs_start = self.locs.len();
+                self.locs.push((ptr.clone(), node_at(&span, None)));
+                self.stack.push(Frame::Seq {
+                    items: Vec::new(),
+                    ptr,
+                    anchor,
+                    locs_start,
+                });
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                let (value, anchor, locs_start, ptr) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        items,
+                        ptr,
+                        anchor,
+                        locs_start,
+                    }) => (Value::Array(items), anchor, locs_start, ptr),
+                    Some(Frame::Map {
+                        mut map,
+                        ptr,
+                        anchor,
+                        locs_start,
+                        merges,
+                        ..
+                    }) => {
+                        if !merges.is_empty() {
+                            self.apply_merges(&mut map, &ptr, locs_start, merges);
+                        }
+                        (Value::Object(map), anchor, locs_start, ptr)
+                    }
+                    None => return Err(error_at(&span, "unbalanced collection end")),
+                };
+                if anchor != 0 {
+                    self.remember(anchor, &value, locs_start, &ptr);
+                }
+                self.attach(value, &span)?;
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                if self.wants_key() {
+                    let merge = style == ScalarStyle::Plain && tag.is_none() && text == "<<";
+                    return self.set_key(text.into_owned(), merge, &span);
+                }
+                let value = resolve(&text, style, tag.as_deref());
+                let ptr = self.child_pointer(&span)?;
+                let locs_start = self.locs.len();
+                self.locs.push((ptr.clone(), node_at(&span, Some(style))));
+                if anchor != 0 {
+                    self.remember(anchor, &value, locs_start, &ptr);
+                }
+                self.attach(value, &span)?;
+            }
+            Event::Alias(id) => {
+                let Some(anchored) = self.anchors.get(&id) else {
+                    return Err(error_at(&span, "alias to an unknown anchor"));
+                };
+                if self.wants_key() {
+                    let text = match &anchored.value {
+                        Value::String(s) => s.clone(),
+                        Value::Number(_) | Value::Bool(_) | Value::Null => anchored.value.to_string(),
+                        _ => return Err(error_at(&span, "a mapping key must be a scalar")),
+                    };
+                    return self.set_key(text, false, &span);
+                }
+                self.expanded += anchored.size;
+                if self.expanded > ALIAS_EXPANSION_LIMIT {
+                    return Err(error_at(
+                        &span,
+                        "aliases expand to more than a million nodes; refusing an alias bomb",
+                    ));
+                }
+                let value = anchored.value.clone();
+                let relative = anchored.locs.clone();
+                let ptr = self.child_pointer(&span)?;
+                for (rel, node) in relative {
+                    self.locs.push((format!("{ptr}{rel}"), node));
+                }
+                self.attach(value, &span)?;
+            }
+            Event::StreamStart | Event::StreamEnd | Event::Nothing => {}
+        }
+        Ok(())
+    }
+
+    fn wants_key(&self) -> bool {
+        matches!(self.stack.last(), Some(Frame::Map { key: None, .. }))
+    }
+
+    fn set_key(&mut self, text: String, merge: bool, span: &Span) -> Result<(), YamlError> {
+        let Some(Frame::Map { map, key, ptr, .. }) = self.stack.last_mut() else {
+            unreachable!("set_key is only called when a mapping waits for a key");
+        };
+        if !merge && map.contains_key(&text) {
+            let line = self
+                .locs
+                .iter()
+                .rev()
+                .find(|(p, _)| {
+                    p.strip_prefix(ptr.as_str()).and_then(|r| r.strip_prefix('/'))
+                        == Some(&escape_token(&text))
+                })
+                .map(|(_, n)| n.line);
+            let first = line
+                .map(|l| format!(" (first set on line {l})"))
+                .unwrap_or_default();
+            return Err(error_at(span, format!("duplicate key '{text}'{first}")));
+        }
+        *key = Some(Key { text, merge });
+        Ok(())
+    }
+
+    /// The pointer of a node that starts now, from its parent's state.
+    fn child_pointer(&self, span: &Span) -> Result<String, YamlError> {
+        Ok(match self.stack.last() {
+            None => String::new(),
+            Some(Frame::Seq { items, ptr, .. }) => format!("{ptr}/{}", items.len()),
+            Some(Frame::Map { key: None, .. }) => {
+                return Err(error_at(span, "a mapping key must be a scalar"));
+            }
+            Some(Frame::Map {
+                key: Some(key), ptr, ..
+            }) => {
+                if key.merge {
+                    format!("{ptr}/<<")
+                } else {
+                    format!("{ptr}/{}", escape_token(&key.text))
+                }
+            }
+        })
+    }
+
+    fn attach(&mut self, value: Value, span: &Span) -> Result<(), YamlError> {
+        match self.stack.last_mut() {
+            None => self.root = Some(value),
+            Some(Frame::Seq { items, .. }) => items.push(value),
+            Some(Frame::Map {
+                map,
+                key,
+                merges,
+                ptr,
+                ..
+            }) => {
+                let key = key.take().expect("a value follows its key");
+                if key.merge {
+                    let base = format!("{ptr}/<<");
+                    match value {
+                        Value::Object(m) => merges.push((m, base)),
+                        Value::Array(items) => {
+                            for (i, item) in items.into_iter().enumerate() {
+                                let Value::Object(m) = item else {
+                                    return Err(error_at(span, "a '<<' merge takes mappings"));
+                                };
+                                merges.push((m, format!("{base}/{i}")));
+                            }
+                        }
+                        _ => return Err(error_at(span, "a '<<' merge takes mappings")),
+                    }
+                } else {
+                    map.insert(key.text, value);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Keys from `<<` merges fill in what the mapping does not set itself;
+    /// earlier merge sources win over later ones. Positions of merged values
+    /// move under the keys they now live at.
+    fn apply_merges(
+        &mut self,
+        map: &mut Map<String, Value>,
+        ptr: &str,
+        locs_start: usize,
+        merges: Vec<(Map<String, Value>, String)>,
+    ) {
+        let mut chosen: HashMap<String, usize> = HashMap::new();
+        let bases: Vec<String> = merges.iter().map(|(_, b)| b.clone()).collect();
+        for (i, (source, _)) in merges.into_iter().enumerate() {
+            for (k, v) in source {
+                if !map.contains_key(&k) {
+                    chosen.insert(k.clone(), i);
+                    map.insert(k, v);
+                }
+            }
+        }
+        let merge_root = format!("{ptr}/<<");
+        let mut kept = Vec::with_capacity(self.locs.len() - locs_start);
+        for (p, node) in self.locs.drain(locs_start..) {
+            if !p.starts_with(&merge_root) {
+                kept.push((p, node));
+                continue;
+            }
+            // Longest base first, so "/<</1" is not mistaken for "/<<".
+            let found = bases
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| p.starts_with(b.as_str()) && p[b.len()..].starts_with('/'))
+                .max_by_key(|(_, b)| b.len());
+            let Some((i, base)) = found else { continue };
+            let rest = &p[base.len() + 1..];
+            let key_token = rest.split('/').next().unwrap_or("");
+            let key = key_token.replace("~1", "/").replace("~0", "~");
+            if chosen.get(&key) == Some(&i) {
+                kept.push((format!("{ptr}/{rest}"), node));
+            }
+        }
+        self.locs.extend(kept);
+    }
+
+    fn remember(&mut self, anchor: usize, value: &Value, locs_start: usize, ptr: &str) {
+        let locs = self.locs[locs_start..]
+            .iter()
+            .filter_map(|(p, n)| p.strip_prefix(ptr).map(|rel| (rel.to_owned(), *n)))
+            .collect();
+        self.anchors.insert(
+            anchor,
+            Anchored {
+                value: value.clone(),
+                locs,
+                size: count_nodes(value),
+            },
+        );
+    }
+}
+
+fn count_nodes(value: &Value) -> usize {
+    match value {
+        Value::Array(a) => 1 + a.iter().map(count_nodes).sum::<usize>(),
+        Value::Object(m) => 1 + m.values().map(count_nodes).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+/// Resolves a scalar by the YAML 1.2 core schema: only plain scalars can be
+/// anything but strings.
+fn resolve(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Value {
+    if style != ScalarStyle::Plain {
+        return Value::String(text.to_owned());
+    }
+    if let Some(tag) = tag {
+        if tag.is_yaml_core_schema() && tag.suffix == "str" || tag.handle == "!" && tag.suffix.is_empty() {
+            return Value::String(text.to_owned());
+        }
+    }
+    resolve_plain(text).unwrap_or_else(|| Value::String(text.to_owned()))
+}
+
+fn resolve_plain(text: &str) -> Option<Value> {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Some(Value::Null),
+        "true" | "True" | "TRUE" => return Some(Value::Bool(true)),
+        "false" | "False" | "FALSE" => return Some(Value::Bool(false)),
+        _ => {}
+    }
+    let first = *text.as_bytes().first()?;
+    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'.')) {
+        return None;
+    }
+    if let Some(oct) = text.strip_prefix("0o") {
+        return u64::from_str_radix(oct, 8).ok().map(Value::from);
+    }
+    if let Some(hex) = text.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).ok().map(Value::from);
+    }
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let t = text.strip_prefix('+').unwrap_or(text);
+        if let Ok(i) = t.parse::<i64>() {
+            return Some(Value::from(i));
+        }
+        if let Ok(u) = t.parse::<u64>() {
+            return Some(Value::from(u));
+        }
+        return t
+            .parse::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+            .map(Value::Number);
+    }
+    if is_core_float(digits) {
+        return text
+            .strip_prefix('+')
+            .unwrap_or(text)
+            .parse::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+            .map(Value::Number);
+    }
+    // .inf and .nan have no JSON form; leaving them strings is what a JSON
+    // consumer would get anyway.
+    None
+}
+
+/// `(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?`
+fn is_core_float(s: &str) -> bool {
+    let (mantissa, exponent) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((int, frac)) => {
+            (!int.is_empty() || !frac.is_empty())
+                && int.bytes().all(|b| b.is_ascii_digit())
+                && frac.bytes().all(|b| b.is_ascii_digit())
+                && !(int.is_empty() && frac.is_empty())
+        }
+        None => !mantissa.is_empty() && mantissa.bytes().all(|b| b.is_ascii_digit()),
+    };
+    let exponent_ok = exponent.is_none_or(|e| {
+        let e = e.strip_prefix(['-', '+']).unwrap_or(e);
+        !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit())
+    });
+    mantissa_ok && exponent_ok
+}
+
+// === text edits ===
+
+/// A replacement of `start..end` (byte offsets) in a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+}
+
+/// Why a scalar could not be rewritten in place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    #[error("line {line}: the value spans several lines; edit it by hand")]
+    MultiLine { line: usize },
+    #[error("two different rewrites target the same text on line {line} (an anchor used in several places?)")]
+    Conflict { line: usize },
+    #[error("line {line}: the value is not a plain string scalar")]
+    NotScalar { line: usize },
+}
+
+/// Maps the parser's character offsets to byte offsets.
+pub struct Offsets {
+    /// Byte offset of every character, when the text is not pure ASCII.
+    chars: Option<Vec<usize>>,
+    len: usize,
+}
+
+impl Offsets {
+    /// Indexes `text`.
+    pub fn new(text: &str) -> Self {
+        let chars = (!text.is_ascii()).then(|| text.char_indices().map(|(b, _)| b).collect());
+        Self {
+            chars,
+            len: text.len(),
+        }
+    }
+
+    fn byte(&self, char_index: usize) -> usize {
+        match &self.chars {
+            None => char_index.min(self.len),
+            Some(v) => v.get(char_index).copied().unwrap_or(self.len),
+        }
+    }
+
+    /// The byte range a node covers.
+    pub fn range(&self, node: &Node) -> (usize, usize) {
+        (self.byte(node.start), self.byte(node.end))
+    }
+}
+
+/// The edit that makes the scalar at `node` read `new_value`, keeping its
+/// quoting style, any tag or anchor written before it, and everything around.
+pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) -> Result<Edit, EditError> {
+    let (mut start, end) = offsets.range(node);
+    let style = node.style.ok_or(EditError::NotScalar { line: node.line })?;
+    // Properties (`!!str`, `&anchor`) come first in the span; keep them.
+    loop {
+        let rest = &text[start..end];
+        if !(rest.starts_with('!') || rest.starts_with('&')) {
+            break;
+        }
+        let token = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let spaces = rest[token..].len() - rest[token..].trim_start().len();
+        start += token + spaces;
+    }
+    let replacement = match style {
+        ScalarStyle::Plain if is_plain_safe(new_value) => new_value.to_owned(),
+        ScalarStyle::SingleQuoted => format!("'{}'", new_value.replace('\'', "''")),
+        ScalarStyle::Plain | ScalarStyle::DoubleQuoted => double_quoted(new_value),
+        ScalarStyle::Literal | ScalarStyle::Folded => {
+            let body = &text[start..end];
+            let first_break = body.find('\n').unwrap_or(body.len());
+            if !body[first_break..].trim().is_empty() || new_value.contains('\n') {
+                return Err(EditError::MultiLine { line: node.line });
+            }
+            return Ok(Edit {
+                start,
+                end: start + first_break,
+                text: new_value.to_owned(),
+            });
+        }
+    };
+    Ok(Edit {
+        start,
+        end,
+        text: replacement,
+    })
+}
+
+/// A JSON string literal, which is also a valid YAML double-quoted scalar.
+pub fn double_quoted(value: &str) -> String {
+    serde_json::to_string(value).expect("strings always serialise")
+}
+
+/// Whether `value` can stand as a plain scalar and still read as this string
+/// in both block and flow context. Deliberately narrow: image references.
+fn is_plain_safe(value: &str) -> bool {
+    let b = value.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-' | b'/' | b':' | b'@'))
+        && resolve_plain(value).is_none()
+}
+
+/// For a literal block scalar (`|`) holding an embedded document, maps edits
+/// of the embedded text to edits of the outer text: each content line of the
+/// block is the embedded line behind a fixed indentation.
+pub fn map_literal_edits(
+    outer: &str,
+    outer_offsets: &Offsets,
+    node: &Node,
+    inner: &str,
+    inner_edits: &[Edit],
+) -> Result<Vec<Edit>, EditError> {
+    if node.style != Some(ScalarStyle::Literal) {
+        return Err(EditError::NotScalar { line: node.line });
+    }
+    let (block_start, _) = outer_offsets.range(node);
+    let indent = node.col;
+    // Byte offset in `outer` of each line start, from the block's first line.
+    let line_starts: Vec<usize> = std::iter::once(block_start - indent)
+        .chain(
+            outer[block_start..]
+                .match_indices('\n')
+                .map(|(i, _)| block_start + i + 1),
+        )
+        .collect();
+    inner_edits
+        .iter()
+        .map(|e| {
+            let line = inner[..e.start].matches('\n').count();
+            let line_start = inner[..e.start].rfind('\n').map_or(0, |i| i + 1);
+            let outer_line = *line_starts
+                .get(line)
+                .ok_or(EditError::MultiLine { line: node.line })?;
+            let start = outer_line + indent + (e.start - line_start);
+            let end = start + (e.end - e.start);
+            if inner[e.start..e.end].contains('\n') || outer.get(start..end) != inner.get(e.start..e.end) {
+                return Err(EditError::MultiLine {
+                    line: node.line + line,
+                });
+            }
+            Ok(Edit {
+                start,
+                end,
+                text: e.text.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Applies non-overlapping edits. Identical duplicates (an anchored scalar
+/// reached through several aliases) collapse into one.
+pub fn apply_edits(text: &str, mut edits: Vec<Edit>) -> Result<String, EditError> {
+    edits.sort_by_key(|e| (e.start, e.end));
+    edits.dedup();
+    for pair in edits.windows(2) {
+        if pair[1].start < pair[0].end {
+            let line = text[..pair[1].start].matches('\n').count() + 1;
+            return Err(EditError::Conflict { line });
+        }
+    }
+    let mut out = String::with_capacity(text.len() + 64 * edits.len());
+    let mut at = 0;
+    for e in &edits {
+        out.push_str(&text[at..e.start]);
+        out.push_str(&e.text);
+        at = e.end;
+    }
+    out.push_str(&text[at..]);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn one(text: &str) -> Document {
+        let mut docs = parse_stream(text).unwrap();
+        assert_eq!(docs.len(), 1);
+        docs.remove(0)
+    }
+
+    #[test]
+    fn scalars_follow_the_core_schema() {
+        let d = one(
+            "a: 1\nb: '1'\nc: 1.5\nd: true\ne: ~\nf: yes\ng: 0x1f\nh: 1e3\ni: .inf\nj: !!str 12\nk: -7\n",
+        );
+        assert_eq!(
+            d.value,
+            json!({"a": 1, "b": "1", "c": 1.5, "d": true, "e": null, "f": "yes", "g": 31, "h": 1000.0, "i": ".inf", "j": "12", "k": -7})
+        );
+    }
+
+    #[test]
+    fn records_positions_by_pointer() {
+        let d = one("spec:\n  containers:\n    - name: a\n      image: quay.io/x:1\n");
+        let n = d.node("/spec/containers/0/image").unwrap();
+        assert_eq!((n.line, n.col), (4, 13));
+        assert_eq!(d.line_of("/spec/containers/0/missing"), 3);
+    }
+
+    #[test]
+    fn json_is_read_as_yaml() {
+        let d = one("{\"kind\": \"Pod\", \"spec\": {\"containers\": [{\"image\": \"a.io/b\"}]}}");
+        assert_eq!(d.value["spec"]["containers"][0]["image"], "a.io/b");
+        assert!(d.node("/spec/containers/0/image").is_some());
+    }
+
+    #[test]
+    fn multi_document_streams_keep_empty_documents() {
+        let docs = parse_stream("a: 1\n---\n---\nb: 2\n").unwrap();
+        assert_eq!(docs.len(), 3);
+        assert_eq!(docs[1].value, Value::Null);
+        assert_eq!(docs[2].index, 2);
+        assert_eq!(docs[2].value, json!({"b": 2}));
+    }
+
+    #[test]
+    fn duplicate_keys_are_errors() {
+        let err = parse_stream("image: a.io/x\nimage: b.io/y\n").unwrap_err();
+        assert_eq!(err.line, 2);
+        assert!(err.message.contains("duplicate key 'image'"), "{err}");
+        assert!(err.message.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn aliases_and_merges_expand_with_positions() {
+        let text = "base: &c\n  name: x\n  image: a.io/x:1\nspec:\n  containers:\n    - <<: *c\n      name: y\n    - *c\n";
+        let d = one(text);
+        assert_eq!(
+            d.value["spec"]["containers"][0],
+            json!({"name": "y", "image": "a.io/x:1"})
+        );
+        assert_eq!(
+            d.value["spec"]["containers"][1],
+            json!({"name": "x", "image": "a.io/x:1"})
+        );
+        // The merged image points at the anchored scalar, so a fix edits it there.
+        assert_eq!(d.node("/spec/containers/0/image").unwrap().line, 3);
+        assert_eq!(d.node("/spec/containers/1/image").unwrap().line, 3);
+        assert_eq!(d.node("/spec/containers/0/name").unwrap().line, 7);
+        assert!(d.node("/spec/containers/0/<<").is_none());
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let err = parse_stream(&text).unwrap_err();
+        assert!(err.message.contains("alias bomb"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_line() {
+        let err = parse_stream("a: 1\nb: [1, 2\nc: 3\n").unwrap_err();
+        assert!(err.line >= 2, "{err}");
+    }
+
+    fn fix(text: &str, pointer: &str, new: &str) -> String {
+        let d = one(text);
+        let offsets = Offsets::new(text);
+        let edit = scalar_edit(text, &offsets, &d.node(pointer).unwrap(), new).unwrap();
+        let out = apply_edits(text, vec![edit]).unwrap();
+        assert_eq!(one(&out).value.pointer(pointer).unwrap(), new, "{out}");
+        out
+    }
+
+    #[test]
+    fn edits_keep_each_quoting_style() {
+        assert_eq!(
+            fix("image: a.io/x:1 # pinned\n", "/image", "a.io/x@sha256:1"),
+            "image: a.io/x@sha256:1 # pinned\n"
+        );
+        assert_eq!(
+            fix("image: 'a.io/x:1'\n", "/image", "a.io/x:2"),
+            "image: 'a.io/x:2'\n"
+        );
+        assert_eq!(
+            fix("image: \"a.io/x:1\"\n", "/image", "a.io/x:2"),
+            "image: \"a.io/x:2\"\n"
+        );
+        assert_eq!(
+            fix("image: >-\n  a.io/x:1\nnext: 1\n", "/image", "a.io/x:2"),
+            "image: >-\n  a.io/x:2\nnext: 1\n"
+        );
+        assert_eq!(
+            fix("image: !!str &i a.io/x:1\n", "/image", "a.io/x:2"),
+            "image: !!str &i a.io/x:2\n"
+        );
+        assert_eq!(
+            fix("{\"image\": \"a.io/x:1\"}", "/image", "a.io/x:2"),
+            "{\"image\": \"a.io/x:2\"}"
+        );
+        assert_eq!(fix("[é, image]\n", "/1", "a.io/x:2"), "[é, a.io/x:2]\n");
+        // A plain scalar that would not stay a plain string gets quoted.
+        assert_eq!(
+            fix("image: a.io/x:1\n", "/image", "[::1]:5000/x"),
+            "image: \"[::1]:5000/x\"\n"
+        );
+    }
+
+    #[test]
+    fn literal_block_edits_map_to_the_outer_text() {
+        let outer = "data:\n  cfg: |\n    kind: X\n    image: a.io/x:1   # c\n";
+        let d = one(outer);
+        let inner = d.value["data"]["cfg"].as_str().unwrap();
+        let inner_doc = one(inner);
+        let inner_offsets = Offsets::new(inner);
+        let e = scalar_edit(
+            inner,
+            &inner_offsets,
+            &inner_doc.node("/image").unwrap(),
+            "a.io/x:2",
+        )
+        .unwrap();
+        let mapped = map_literal_edits(
+            outer,
+            &Offsets::new(outer),
+            &d.node("/data/cfg").unwrap(),
+            inner,
+            &[e],
+        )
+        .unwrap();
+        let out = apply_edits(outer, mapped).unwrap();
+        assert_eq!(out, "data:\n  cfg: |\n    kind: X\n    image: a.io/x:2   # c\n");
+    }
+
+    #[test]
+    fn overlapping_edits_conflict() {
+        let edits = vec![
+            Edit {
+                start: 0,
+                end: 4,
+                text: "a".into(),
+            },
+            Edit {
+                start: 2,
+                end: 6,
+                text: "b".into(),
+            },
+        ];
+        assert!(matches!(
+            apply_edits("0123456789", edits),
+            Err(EditError::Conflict { .. })
+        ));
+    }
+}
