@@ -1,7 +1,16 @@
 //! digest-gate keeps model-serving workloads on promoted production image
 //! digests: it finds every image in an object, decides each against an
 //! allowlist of promoted digests, and rewrites or rejects what is not promoted.
+//!
+//! One image's way through: [`objects`] finds the image sites of an object,
+//! [`policy`] decides each against the [`allowlist`] using the
+//! [`reference`] grammar, and [`review`] turns the decisions into a verdict,
+//! a JSON Patch and messages. [`check`] feeds the same path from manifest
+//! files ([`yaml`] keeps their positions for `--fix`).
 
 pub mod allowlist;
+pub mod objects;
+pub mod policy;
 pub mod reference;
+pub mod review;
 pub mod yaml;

@@ -1,0 +1,751 @@
+//! Decisions: what happens to one image, given the allowlist and the mode.
+//!
+//! [`Policy::decide`] first finds out what the image *is* (promoted, exempt,
+//! rewritable to a promoted digest, or not acceptable: a [`Finding`]), then the
+//! mode turns that into a [`Verdict`]. Every denial carries what the developer
+//! needs to fix it: the promoted reference to use, or the candidates.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::allowlist::{Allowlist, Candidates, Promoted};
+use crate::reference::{self, Reference, ReferenceError};
+
+/// How non-compliant images are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Mode {
+    /// Rewrite to the promoted digest where one is known; deny the rest.
+    Rewrite,
+    /// Deny everything `rewrite` would rewrite, naming the reference to use.
+    Enforce,
+    /// Allow everything; report what would have happened.
+    Audit,
+}
+
+impl Mode {
+    /// The mode's name as written on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rewrite => "rewrite",
+            Self::Enforce => "enforce",
+            Self::Audit => "audit",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to do with images whose repository the allowlist does not list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unlisted {
+    Deny,
+    Allow,
+}
+
+/// The outcome for an image or an object; the order is severity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    Allow,
+    Rewrite,
+    Deny,
+}
+
+impl Verdict {
+    /// Lower-case name, as reports and metrics use it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Rewrite => "rewrite",
+            Self::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an image would be rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// It names a tag only; tags move, digests do not.
+    TagOnly { tag: String },
+    /// Its digest was never promoted.
+    UnpromotedDigest { digest: String },
+}
+
+/// How the rewrite target was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetRule {
+    /// The digest published under the image's tag.
+    Tag,
+    /// The repository's explicit `rewriteTo`.
+    RewriteTo,
+    /// The repository's only promoted digest.
+    SoleDigest,
+}
+
+/// Why an image cannot be admitted as it is, and what to use instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// The object is malformed where an image should be.
+    Malformed { reason: String },
+    /// Not an image reference at all.
+    Invalid { error: ReferenceError },
+    /// No registry domain (`nginx`, `ovms-1:replace`).
+    ShortName { suggestions: Vec<String> },
+    /// The repository is not in the allowlist.
+    Unlisted {
+        repository: String,
+        suggestions: Vec<String>,
+    },
+    /// A tag the allowlist does not know.
+    UnknownTag { tag: String, candidates: Vec<String> },
+    /// Neither tag nor digest: it would pull `:latest`.
+    NoTagOrDigest { candidates: Vec<String> },
+    /// An unpromoted digest with no single promoted digest to rewrite to.
+    DigestNotPromoted { digest: String, candidates: Vec<String> },
+    /// A rewrite was due but cannot be applied in place.
+    CannotRewrite { to: String, why: String },
+}
+
+/// What an image is, before the mode says what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    Promoted,
+    Exempt {
+        pattern: String,
+    },
+    UnlistedAllowed {
+        repository: String,
+    },
+    Rewrite {
+        to: String,
+        trigger: Trigger,
+        rule: TargetRule,
+    },
+    Deny(Denial),
+}
+
+/// The decision for one image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// What the admission does.
+    pub verdict: Verdict,
+    pub finding: Finding,
+    pub mode: Mode,
+}
+
+/// Most candidates a message lists before "and N more".
+const MAX_CANDIDATES: usize = 3;
+
+/// Decision settings: the mode, per-kind overrides, and unlisted handling.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub mode: Mode,
+    /// Kind (case-insensitive) → mode, e.g. enforce ServingRuntimes managed
+    /// by GitOps while rewriting Pods.
+    pub kind_modes: HashMap<String, Mode>,
+    pub unlisted: Unlisted,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Rewrite,
+            kind_modes: HashMap::new(),
+            unlisted: Unlisted::Deny,
+        }
+    }
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// The mode for objects of `kind`.
+    pub fn mode_for(&self, kind: &str) -> Mode {
+        if self.kind_modes.is_empty() {
+            return self.mode;
+        }
+        self.kind_modes
+            .get(&kind.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(self.mode)
+    }
+
+    /// Sets the mode of `kind`.
+    pub fn set_kind_mode(&mut self, kind: &str, mode: Mode) {
+        self.kind_modes.insert(kind.to_ascii_lowercase(), mode);
+    }
+
+    /// Decides one image of an object of `kind`.
+    pub fn decide(&self, kind: &str, image: &str, allowlist: &Allowlist) -> Decision {
+        Decision::new(self.mode_for(kind), self.find(image, allowlist))
+    }
+
+    /// What the image is, independent of the mode.
+    pub fn find(&self, image: &str, allowlist: &Allowlist) -> Finding {
+        let r = match reference::parse(image) {
+            Ok(r) => r,
+            Err(error) => return Finding::Deny(Denial::Invalid { error }),
+        };
+        let Some(repository) = r.canonical_repository(allowlist.short_name_registry()) else {
+            return Finding::Deny(Denial::ShortName {
+                suggestions: suggestions(&r, allowlist),
+            });
+        };
+        if allowlist.has_exemptions() {
+            if let Some(e) = allowlist.exemption(&repository, r.tag(), r.digest()) {
+                return Finding::Exempt {
+                    pattern: e.pattern.to_string(),
+                };
+            }
+        }
+        let candidates = allowlist.candidates(&repository);
+        if candidates.is_empty() {
+            return match self.unlisted {
+                Unlisted::Allow => Finding::UnlistedAllowed {
+                    repository: repository.into_owned(),
+                },
+                Unlisted::Deny => Finding::Deny(Denial::Unlisted {
+                    repository: repository.into_owned(),
+                    suggestions: suggestions(&r, allowlist),
+                }),
+            };
+        }
+        match (r.digest(), r.tag()) {
+            (Some(digest), _) if candidates.is_promoted(digest) => Finding::Promoted,
+            (Some(digest), tag) => match target(&candidates, tag) {
+                Some((p, rule)) => Finding::Rewrite {
+                    to: r.pinned(&p.digest),
+                    trigger: Trigger::UnpromotedDigest {
+                        digest: digest.to_owned(),
+                    },
+                    rule,
+                },
+                None => Finding::Deny(Denial::DigestNotPromoted {
+                    digest: digest.to_owned(),
+                    candidates: listing(&r, &candidates),
+                }),
+            },
+            (None, Some(tag)) => match candidates.digest_for_tag(tag) {
+                Some(p) => Finding::Rewrite {
+                    to: r.pinned(&p.digest),
+                    trigger: Trigger::TagOnly { tag: tag.to_owned() },
+                    rule: TargetRule::Tag,
+                },
+                None => Finding::Deny(Denial::UnknownTag {
+                    tag: tag.to_owned(),
+                    candidates: listing(&r, &candidates),
+                }),
+            },
+            (None, None) => Finding::Deny(Denial::NoTagOrDigest {
+                candidates: listing(&r, &candidates),
+            }),
+        }
+    }
+}
+
+/// The rewrite target for an unpromoted digest: the digest published under
+/// the image's tag, else `rewriteTo`, else the only promoted digest.
+fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(&'a Promoted, TargetRule)> {
+    if let Some(p) = tag.and_then(|t| candidates.digest_for_tag(t)) {
+        return Some((p, TargetRule::Tag));
+    }
+    let p = candidates.default_target()?;
+    let explicit = candidates.promoted().len() > 1;
+    Some((
+        p,
+        if explicit {
+            TargetRule::RewriteTo
+        } else {
+            TargetRule::SoleDigest
+        },
+    ))
+}
+
+/// Promoted references for this repository as the user wrote it, tags shown.
+fn listing(r: &Reference<'_>, candidates: &Candidates<'_>) -> Vec<String> {
+    candidates
+        .promoted()
+        .into_iter()
+        .map(|p| describe(r.name(), p))
+        .collect()
+}
+
+fn describe(name: &str, p: &Promoted) -> String {
+    let mut s = format!("{name}@{}", p.digest);
+    if !p.tags.is_empty() {
+        let tags: Vec<&str> = p.tags.iter().map(|t| &**t).collect();
+        s.push_str(&format!(" (tag {})", tags.join(", ")));
+    }
+    s
+}
+
+/// Listed repositories with the same last path component, as promoted
+/// references: the likely intended image when a name is short or unknown.
+fn suggestions(r: &Reference<'_>, allowlist: &Allowlist) -> Vec<String> {
+    let name = r.name();
+    let basename = name.rsplit('/').next().unwrap_or(name);
+    let mut out = Vec::new();
+    for repo in allowlist.similar(basename) {
+        let c = allowlist.candidates(repo);
+        let pick = r
+            .tag()
+            .and_then(|t| c.digest_for_tag(t))
+            .or_else(|| c.default_target());
+        match pick {
+            Some(p) => out.push(describe(repo, p)),
+            None => out.extend(c.promoted().into_iter().map(|p| describe(repo, p))),
+        }
+    }
+    out
+}
+
+fn short_digest(digest: &str) -> &str {
+    // "sha256:" + 12 hex characters, enough to tell digests apart by eye.
+    digest.get(..19).unwrap_or(digest)
+}
+
+fn join_candidates(c: &[String]) -> String {
+    let mut s = c
+        .iter()
+        .take(MAX_CANDIDATES)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" or ");
+    if c.len() > MAX_CANDIDATES {
+        s.push_str(&format!(" (and {} more)", c.len() - MAX_CANDIDATES));
+    }
+    s
+}
+
+// === impl Decision ===
+
+impl Decision {
+    /// Applies `mode` to a finding.
+    pub fn new(mode: Mode, finding: Finding) -> Self {
+        let natural = finding.verdict();
+        let verdict = match (mode, natural) {
+            (Mode::Audit, _) => Verdict::Allow,
+            (Mode::Enforce, Verdict::Rewrite) => Verdict::Deny,
+            (_, v) => v,
+        };
+        Self {
+            verdict,
+            finding,
+            mode,
+        }
+    }
+
+    /// A decision for a malformed site.
+    pub fn malformed(mode: Mode, reason: String) -> Self {
+        Self::new(mode, Finding::Deny(Denial::Malformed { reason }))
+    }
+
+    /// The verdict rewrite mode would reach; what audit mode reports.
+    pub fn would_be(&self) -> Verdict {
+        self.finding.verdict()
+    }
+
+    /// Whether `image` is exempt.
+    pub fn is_exempt(&self) -> bool {
+        matches!(self.finding, Finding::Exempt { .. })
+    }
+
+    /// The promoted reference this image should be, when one is known.
+    pub fn rewrite_to(&self) -> Option<&str> {
+        match &self.finding {
+            Finding::Rewrite { to, .. } => Some(to),
+            _ => None,
+        }
+    }
+
+    /// Why this verdict, for people: names `what` (e.g. `container "ovms"`),
+    /// the image, and what to do.
+    pub fn message(&self, what: &str, image: &str) -> String {
+        let core = self.finding.explain(image);
+        match (self.mode, &self.finding) {
+            (Mode::Enforce, Finding::Rewrite { to, .. }) => {
+                format!("{what}: {core}; use '{to}' (enforce mode does not rewrite)")
+            }
+            (Mode::Audit, f) if f.verdict() != Verdict::Allow => {
+                format!("{what}: audit: would {}: {core}", f.verdict())
+            }
+            _ => format!("{what}: {core}"),
+        }
+    }
+}
+
+// === impl Finding ===
+
+impl Finding {
+    /// The verdict in rewrite mode.
+    pub fn verdict(&self) -> Verdict {
+        match self {
+            Self::Promoted | Self::Exempt { .. } | Self::UnlistedAllowed { .. } => Verdict::Allow,
+            Self::Rewrite { .. } => Verdict::Rewrite,
+            Self::Deny(_) => Verdict::Deny,
+        }
+    }
+
+    /// One sentence on what the image is and, when it is wrong, what to use.
+    pub fn explain(&self, image: &str) -> String {
+        match self {
+            Self::Promoted => format!("'{image}' is a promoted digest"),
+            Self::Exempt { pattern } => format!("'{image}' is exempt (pattern {pattern})"),
+            Self::UnlistedAllowed { repository } => {
+                format!(
+                    "'{image}': {repository} is not in the allowlist; allowed because unlisted repositories are allowed"
+                )
+            }
+            Self::Rewrite { to, trigger, rule } => {
+                let why = match trigger {
+                    Trigger::TagOnly { tag } => format!("tag '{tag}' is not pinned by digest"),
+                    Trigger::UnpromotedDigest { digest } => {
+                        format!("digest {} was never promoted", short_digest(digest))
+                    }
+                };
+                let how = match rule {
+                    TargetRule::Tag => "the promoted digest of its tag",
+                    TargetRule::RewriteTo => "the repository's rewriteTo digest",
+                    TargetRule::SoleDigest => "the repository's promoted digest",
+                };
+                format!("'{image}': {why}; rewriting to {how}: '{to}'")
+            }
+            Self::Deny(denial) => denial.explain(image),
+        }
+    }
+}
+
+// === impl Denial ===
+
+impl Denial {
+    /// A stable label for metrics and machine-readable reports.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Malformed { .. } => "malformed",
+            Self::Invalid { .. } => "invalid",
+            Self::ShortName { .. } => "short_name",
+            Self::Unlisted { .. } => "unlisted",
+            Self::UnknownTag { .. } => "unknown_tag",
+            Self::NoTagOrDigest { .. } => "no_tag_or_digest",
+            Self::DigestNotPromoted { .. } => "digest_not_promoted",
+            Self::CannotRewrite { .. } => "cannot_rewrite",
+        }
+    }
+
+    fn explain(&self, image: &str) -> String {
+        match self {
+            Self::Malformed { reason } => reason.clone(),
+            Self::Invalid {
+                error: ReferenceError::Placeholder,
+            } => format!(
+                "image '{image}' is not a valid image reference: it looks like a template placeholder that was never substituted; set it to a promoted image, registry/repository@sha256:..."
+            ),
+            Self::Invalid { error } => {
+                format!("image '{image}' is not a valid image reference: {error}")
+            }
+            Self::ShortName { suggestions } => {
+                let name = reference::parse(image).map_or(image, |r| r.name());
+                let mut s = format!(
+                    "image '{image}' has no registry domain; write it fully, e.g. quay.io/org/{name}:tag"
+                );
+                if image.ends_with(":replace") {
+                    s.push_str(" (':replace' is a build-time placeholder that was never substituted)");
+                }
+                if !suggestions.is_empty() {
+                    s.push_str(&format!("; promoted: {}", join_candidates(suggestions)));
+                }
+                s
+            }
+            Self::Unlisted {
+                repository,
+                suggestions,
+            } => {
+                let mut s = format!(
+                    "image '{image}': repository {repository} is not in the promoted-digest allowlist"
+                );
+                if !suggestions.is_empty() {
+                    s.push_str(&format!("; did you mean {}?", join_candidates(suggestions)));
+                }
+                s
+            }
+            Self::UnknownTag { tag, candidates } => format!(
+                "image '{image}': tag '{tag}' is not a promoted tag; use {}",
+                join_candidates(candidates)
+            ),
+            Self::NoTagOrDigest { candidates } => format!(
+                "image '{image}' has no tag or digest (it would pull :latest); use {}",
+                join_candidates(candidates)
+            ),
+            Self::DigestNotPromoted { digest, candidates } => format!(
+                "image '{image}': digest {} was never promoted and the repository has several promoted digests; use {}",
+                short_digest(digest),
+                join_candidates(candidates)
+            ),
+            Self::CannotRewrite { to, why } => {
+                format!(
+                    "image '{image}' must be '{to}', but it cannot be rewritten in place ({why}); change it"
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::load_text;
+
+    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    const OTHER: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+    fn allowlist() -> Allowlist {
+        let text = format!(
+            r#"apiVersion: digest-gate.dev/v1alpha1
+kind: Allowlist
+spec:
+  repositories:
+    - name: {REPO}
+      digests:
+        - digest: {GOOD}
+          tags: ["v1.21.0-15"]
+    - name: quay.io/modh/multi
+      digests:
+        - digest: {GOOD}
+          tags: ["2.0"]
+        - digest: {OTHER}
+          tags: ["1.0"]
+    - name: quay.io/modh/pinned
+      digests: [{GOOD}, {OTHER}]
+      rewriteTo: {OTHER}
+    - name: quay.io/opendatahub/ovms-1
+      digests: [{GOOD}]
+  mirrors:
+    - source: registry.redhat.io/rhods
+      mirrors: [quay.io/rhods-mirror]
+  exemptImages: ["quay.io/platform/debug-*"]
+"#
+        );
+        load_text("test.yaml", &text).unwrap().allowlist
+    }
+
+    fn find(image: &str) -> Finding {
+        Policy::default().find(image, &allowlist())
+    }
+
+    #[test]
+    fn the_decision_table() {
+        let list = allowlist();
+        let p = Policy::default();
+        let cases: &[(&str, String, Verdict)] = &[
+            ("promoted digest", format!("{REPO}@{GOOD}"), Verdict::Allow),
+            (
+                "promoted digest with any tag",
+                format!("{REPO}:whatever@{GOOD}"),
+                Verdict::Allow,
+            ),
+            (
+                "unpromoted digest, sole digest",
+                format!("{REPO}@{BAD}"),
+                Verdict::Rewrite,
+            ),
+            ("listed tag", format!("{REPO}:v1.21.0-15"), Verdict::Rewrite),
+            ("unknown tag", format!("{REPO}:latest"), Verdict::Deny),
+            ("bare repository", REPO.to_owned(), Verdict::Deny),
+            (
+                "unlisted repository",
+                format!("quay.io/other/x@{GOOD}"),
+                Verdict::Deny,
+            ),
+            ("short name", "ovms-1:replace".to_owned(), Verdict::Deny),
+            ("invalid", "<openvino_image>".to_owned(), Verdict::Deny),
+            (
+                "exempt",
+                "quay.io/platform/debug-shell:latest".to_owned(),
+                Verdict::Allow,
+            ),
+            (
+                "mirror of a promoted digest",
+                format!("quay.io/rhods-mirror/odh-openvino-servingruntime-rhel8@{GOOD}"),
+                Verdict::Allow,
+            ),
+            (
+                "unpromoted digest, several digests, tag decides",
+                format!("quay.io/modh/multi:1.0@{BAD}"),
+                Verdict::Rewrite,
+            ),
+            (
+                "unpromoted digest, several digests, nothing decides",
+                format!("quay.io/modh/multi@{BAD}"),
+                Verdict::Deny,
+            ),
+            (
+                "unpromoted digest, rewriteTo decides",
+                format!("quay.io/modh/pinned@{BAD}"),
+                Verdict::Rewrite,
+            ),
+        ];
+        for (name, image, want) in cases {
+            let d = p.decide("Pod", image, &list);
+            assert_eq!(d.verdict, *want, "{name}: {image}: {:?}", d.finding);
+        }
+    }
+
+    #[test]
+    fn the_incident_digest_is_rewritten_to_the_promoted_one() {
+        let Finding::Rewrite { to, trigger, rule } = find(&format!("{REPO}@{BAD}")) else {
+            panic!("expected a rewrite")
+        };
+        assert_eq!(to, format!("{REPO}@{GOOD}"));
+        assert_eq!(trigger, Trigger::UnpromotedDigest { digest: BAD.into() });
+        assert_eq!(rule, TargetRule::SoleDigest);
+    }
+
+    #[test]
+    fn rewrites_keep_the_written_repository_and_tag() {
+        let Finding::Rewrite { to, rule, .. } = find(&format!(
+            "quay.io/rhods-mirror/odh-openvino-servingruntime-rhel8:v1.21.0-15@{BAD}"
+        )) else {
+            panic!("expected a rewrite")
+        };
+        assert_eq!(
+            to,
+            format!("quay.io/rhods-mirror/odh-openvino-servingruntime-rhel8:v1.21.0-15@{GOOD}")
+        );
+        assert_eq!(rule, TargetRule::Tag);
+        let Finding::Rewrite { to, rule, .. } = find(&format!("quay.io/modh/pinned@{BAD}")) else {
+            panic!()
+        };
+        assert_eq!(
+            (to.as_str(), rule),
+            (
+                format!("quay.io/modh/pinned@{OTHER}").as_str(),
+                TargetRule::RewriteTo
+            )
+        );
+    }
+
+    #[test]
+    fn rewritten_images_decide_as_allowed() {
+        let list = allowlist();
+        let p = Policy::default();
+        for image in [
+            format!("{REPO}@{BAD}"),
+            format!("{REPO}:v1.21.0-15"),
+            format!("quay.io/modh/pinned@{BAD}"),
+        ] {
+            let to = p.decide("Pod", &image, &list).rewrite_to().unwrap().to_owned();
+            assert_eq!(
+                p.decide("Pod", &to, &list).verdict,
+                Verdict::Allow,
+                "{image} -> {to}"
+            );
+        }
+    }
+
+    #[test]
+    fn modes_change_verdicts_not_findings() {
+        let list = allowlist();
+        let mut p = Policy::default();
+        p.set_kind_mode("ServingRuntime", Mode::Enforce);
+        p.set_kind_mode("ConfigMap", Mode::Audit);
+        let image = format!("{REPO}@{BAD}");
+        assert_eq!(p.decide("Pod", &image, &list).verdict, Verdict::Rewrite);
+        let enforced = p.decide("servingruntime", &image, &list);
+        assert_eq!(enforced.verdict, Verdict::Deny);
+        let msg = enforced.message("container \"ovms\"", &image);
+        assert!(msg.contains(&format!("use '{REPO}@{GOOD}'")), "{msg}");
+        let audited = p.decide("ConfigMap", "nginx", &list);
+        assert_eq!(
+            (audited.verdict, audited.would_be()),
+            (Verdict::Allow, Verdict::Deny)
+        );
+        assert!(
+            audited
+                .message("container \"x\"", "nginx")
+                .contains("audit: would deny")
+        );
+    }
+
+    #[test]
+    fn unlisted_repositories_can_be_allowed() {
+        let p = Policy {
+            unlisted: Unlisted::Allow,
+            ..Policy::default()
+        };
+        let list = allowlist();
+        assert_eq!(
+            p.decide("Pod", "quay.io/other/x:1", &list).verdict,
+            Verdict::Allow
+        );
+        // Listed repositories are still held to their promoted digests.
+        assert_eq!(
+            p.decide("Pod", &format!("{REPO}:latest"), &list).verdict,
+            Verdict::Deny
+        );
+        // Short names are still not fully qualified.
+        assert_eq!(p.decide("Pod", "nginx:1", &list).verdict, Verdict::Deny);
+    }
+
+    #[test]
+    fn denials_name_the_fix() {
+        let list = allowlist();
+        let p = Policy::default();
+        let msg = |image: &str| p.decide("Pod", image, &list).message("container \"ovms\"", image);
+
+        let m = msg("ovms-1:replace");
+        assert!(m.starts_with("container \"ovms\": image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag"), "{m}");
+        assert!(m.contains("build-time placeholder"), "{m}");
+        assert!(
+            m.contains(&format!("promoted: quay.io/opendatahub/ovms-1@{GOOD}")),
+            "{m}"
+        );
+
+        let m = msg("$(vllm-cuda-image)");
+        assert!(
+            m.contains("template placeholder that was never substituted"),
+            "{m}"
+        );
+
+        let m = msg(&format!("{REPO}:latest"));
+        assert!(m.contains("tag 'latest' is not a promoted tag"), "{m}");
+        assert!(m.contains(&format!("use {REPO}@{GOOD} (tag v1.21.0-15)")), "{m}");
+
+        let m = msg(&format!("quay.io/modh/multi@{BAD}"));
+        assert!(
+            m.contains(&format!(
+                "quay.io/modh/multi@{GOOD} (tag 2.0) or quay.io/modh/multi@{OTHER} (tag 1.0)"
+            )),
+            "{m}"
+        );
+
+        let m = msg(&format!("quay.io/elsewhere/ovms-1@{GOOD}"));
+        assert!(
+            m.contains("is not in the promoted-digest allowlist; did you mean quay.io/opendatahub/ovms-1@"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn short_names_resolve_when_the_allowlist_opts_in() {
+        let text = format!(
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  shortNameRegistry: docker.io\n  repositories:\n    - name: docker.io/kserve/sklearnserver\n      digests: [{{digest: {GOOD}, tags: [v0.14.0]}}]\n"
+        );
+        let list = load_text("a.yaml", &text).unwrap().allowlist;
+        let d = Policy::default().decide("Pod", "kserve/sklearnserver:v0.14.0", &list);
+        assert_eq!(
+            d.rewrite_to(),
+            Some(format!("kserve/sklearnserver:v0.14.0@{GOOD}").as_str())
+        );
+    }
+}

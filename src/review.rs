@@ -1,0 +1,420 @@
+//! Judging a whole object: walk its image sites, decide each, and turn the
+//! rewrites into an RFC 6902 JSON Patch plus the
+//! `digest-gate.dev/rewritten-images` annotation.
+//!
+//! Applying the patch and reviewing the result again yields no further change:
+//! every rewrite target is a promoted digest.
+
+use std::collections::HashSet;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+use serde_json::{Map, Value};
+
+use crate::allowlist::Allowlist;
+use crate::objects::{self, Site, Walk};
+use crate::policy::{Decision, Denial, Finding, Policy, Verdict};
+use crate::yaml::{self, Edit, Offsets};
+
+/// Annotation recording, per JSON Pointer, the image before and after.
+pub const REWRITTEN_ANNOTATION: &str = "digest-gate.dev/rewritten-images";
+
+/// One judged image site.
+#[derive(Debug, Clone)]
+pub struct ImageReview {
+    pub site: Site,
+    pub decision: Decision,
+}
+
+impl ImageReview {
+    /// The image as written, or "" where the site has none usable.
+    pub fn image(&self) -> &str {
+        self.site.image.as_deref().unwrap_or("")
+    }
+
+    /// The message for people: which container, which image, why, and what
+    /// to use instead.
+    pub fn message(&self) -> String {
+        self.decision.message(&self.site.describe(), self.image())
+    }
+}
+
+/// A rewritten embedded document (a ConfigMap value).
+#[derive(Debug, Clone)]
+pub struct EmbeddedRewrite {
+    /// Pointer of the string in the object.
+    pub pointer: String,
+    pub original: String,
+    pub rewritten: String,
+    /// The edits that turn `original` into `rewritten`.
+    pub edits: Vec<Edit>,
+}
+
+/// The review of one object.
+#[derive(Debug, Clone)]
+pub struct Review {
+    /// The object's kind as reviewed.
+    pub kind: String,
+    /// Whether digest-gate knows where this kind keeps images.
+    pub known: bool,
+    /// Judged images; on UPDATE, only new or changed ones.
+    pub images: Vec<ImageReview>,
+    /// The worst image verdict (`Allow` when there are none).
+    pub verdict: Verdict,
+    pub embedded: Vec<EmbeddedRewrite>,
+}
+
+/// Reviews `object` (with its previous version on UPDATE) by its own kind.
+pub fn review(object: &Value, old: Option<&Value>, policy: &Policy, allowlist: &Allowlist) -> Review {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let group = objects::group_of(object.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
+    review_as(group, kind, object, old, policy, allowlist)
+}
+
+/// Reviews `object` read as `group`/`kind`.
+pub fn review_as(
+    group: &str,
+    kind: &str,
+    object: &Value,
+    old: Option<&Value>,
+    policy: &Policy,
+    allowlist: &Allowlist,
+) -> Review {
+    let walk = objects::walk_as(group, kind, object);
+    let old_walk = old.map(|old| objects::walk_as(group, kind, old));
+    let unchanged = old_walk.as_ref().map(previous_images);
+    let mode = policy.mode_for(kind);
+    let mut images: Vec<ImageReview> = walk
+        .sites
+        .iter()
+        .filter(|site| match (&unchanged, &site.image) {
+            (Some(seen), Ok(image)) => !seen.contains(&(site.pointer.as_str(), image.as_str())),
+            _ => true,
+        })
+        .map(|site| {
+            let decision = match &site.image {
+                Ok(image) => policy.decide(kind, image, allowlist),
+                Err(reason) => Decision::malformed(mode, reason.clone()),
+            };
+            ImageReview {
+                site: site.clone(),
+                decision,
+            }
+        })
+        .collect();
+    let embedded = rewrite_embedded(&walk, &mut images);
+    let verdict = images
+        .iter()
+        .map(|i| i.decision.verdict)
+        .max()
+        .unwrap_or(Verdict::Allow);
+    Review {
+        kind: kind.to_owned(),
+        known: walk.known,
+        images,
+        verdict,
+        embedded,
+    }
+}
+
+/// (pointer, image) pairs of the old object. A controller must be able to
+/// update or finalize an object whose digest was revoked after it was
+/// admitted, so images it already had are not judged again.
+fn previous_images(walk: &Walk) -> HashSet<(&str, &str)> {
+    walk.sites
+        .iter()
+        .filter_map(|s| s.image.as_ref().ok().map(|i| (s.pointer.as_str(), i.as_str())))
+        .collect()
+}
+
+/// Rewrites images inside embedded documents by editing their text, so the
+/// rest of the document (comments, order, quoting) stays as written. A site
+/// that cannot be edited in place is denied with the reference to use.
+fn rewrite_embedded(walk: &Walk, images: &mut [ImageReview]) -> Vec<EmbeddedRewrite> {
+    let mut out = Vec::new();
+    for (index, source) in walk.embedded.iter().enumerate() {
+        let offsets = Offsets::new(&source.text);
+        let mut edits = Vec::new();
+        let mut members = Vec::new();
+        for (i, image) in images.iter_mut().enumerate() {
+            let Some(at) = image.site.embedded.as_ref().filter(|e| e.source == index) else {
+                continue;
+            };
+            let Some(to) = image.decision.rewrite_to().map(str::to_owned) else {
+                continue;
+            };
+            if image.decision.verdict != Verdict::Rewrite {
+                continue;
+            }
+            let node = source.documents[at.document].node(&at.pointer);
+            let edit = node
+                .ok_or_else(|| "its position in the text is unknown".to_owned())
+                .and_then(|n| yaml::scalar_edit(&source.text, &offsets, &n, &to).map_err(|e| e.to_string()));
+            match edit {
+                Ok(e) => {
+                    edits.push(e);
+                    members.push(i);
+                }
+                Err(why) => cannot_rewrite(image, to, why),
+            }
+        }
+        if edits.is_empty() {
+            continue;
+        }
+        match yaml::apply_edits(&source.text, edits.clone()) {
+            Ok(rewritten) => out.push(EmbeddedRewrite {
+                pointer: source.pointer.clone(),
+                original: source.text.clone(),
+                rewritten,
+                edits,
+            }),
+            Err(e) => {
+                for i in members {
+                    let to = images[i].decision.rewrite_to().unwrap_or_default().to_owned();
+                    cannot_rewrite(&mut images[i], to, e.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn cannot_rewrite(image: &mut ImageReview, to: String, why: String) {
+    image.decision = Decision::new(
+        image.decision.mode,
+        Finding::Deny(Denial::CannotRewrite { to, why }),
+    );
+}
+
+// === impl Review ===
+
+impl Review {
+    /// Images the admission rewrites.
+    pub fn rewrites(&self) -> impl Iterator<Item = &ImageReview> {
+        self.images
+            .iter()
+            .filter(|i| i.decision.verdict == Verdict::Rewrite)
+    }
+
+    /// Images the admission denies.
+    pub fn denials(&self) -> impl Iterator<Item = &ImageReview> {
+        self.images.iter().filter(|i| i.decision.verdict == Verdict::Deny)
+    }
+
+    /// The JSON Patch that applies every rewrite to `object` and records it in
+    /// the annotation; empty when nothing is rewritten.
+    pub fn patch(&self, object: &Value) -> Vec<PatchOperation> {
+        let mut ops = Vec::new();
+        let mut record = Map::new();
+        for image in self.rewrites() {
+            let to = image.decision.rewrite_to().expect("rewrites have a target");
+            if image.site.embedded.is_none() {
+                ops.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&image.site.pointer),
+                    value: Value::String(to.to_owned()),
+                }));
+            }
+            record.insert(
+                image.site.pointer.clone(),
+                serde_json::json!({"from": image.image(), "to": to}),
+            );
+        }
+        for e in &self.embedded {
+            ops.push(PatchOperation::Replace(ReplaceOperation {
+                path: pointer(&e.pointer),
+                value: Value::String(e.rewritten.clone()),
+            }));
+        }
+        if ops.is_empty() {
+            return ops;
+        }
+        ops.push(annotation_op(object, record));
+        ops
+    }
+}
+
+fn pointer(p: &str) -> PointerBuf {
+    PointerBuf::parse(p).expect("walkers build valid pointers")
+}
+
+/// Adds (or merges into) the rewritten-images annotation. Earlier records are
+/// kept so the annotation tells the object's whole history.
+fn annotation_op(object: &Value, mut record: Map<String, Value>) -> PatchOperation {
+    let metadata = object.get("metadata");
+    let annotations = metadata.and_then(|m| m.get("annotations"));
+    if let Some(previous) = annotations
+        .and_then(|a| a.get(REWRITTEN_ANNOTATION))
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<Map<String, Value>>(s).ok())
+    {
+        for (k, v) in previous {
+            record.entry(k).or_insert(v);
+        }
+    }
+    let text = Value::String(Value::Object(record).to_string());
+    let (path, value) = match (metadata, annotations) {
+        (Some(Value::Object(_)), Some(Value::Object(_))) => (
+            format!(
+                "/metadata/annotations/{}",
+                yaml::escape_token(REWRITTEN_ANNOTATION)
+            ),
+            text,
+        ),
+        (Some(Value::Object(_)), _) => (
+            "/metadata/annotations".to_owned(),
+            serde_json::json!({ REWRITTEN_ANNOTATION: text }),
+        ),
+        _ => (
+            "/metadata".to_owned(),
+            serde_json::json!({ "annotations": { REWRITTEN_ANNOTATION: text } }),
+        ),
+    };
+    PatchOperation::Add(AddOperation {
+        path: pointer(&path),
+        value,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::load_text;
+    use crate::policy::Mode;
+    use serde_json::json;
+
+    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+    fn allowlist() -> Allowlist {
+        load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
+            .unwrap()
+            .allowlist
+    }
+
+    fn apply(object: &Value, ops: &[PatchOperation]) -> Value {
+        let mut patched = object.clone();
+        json_patch::patch(&mut patched, ops).unwrap();
+        patched
+    }
+
+    #[test]
+    fn rewrites_patch_images_and_annotate_then_settle() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "ovms", "image": format!("{REPO}@{BAD}")},
+            {"name": "ok", "image": format!("{REPO}@{GOOD}")}]}});
+        let list = allowlist();
+        let r = review(&pod, None, &Policy::default(), &list);
+        assert_eq!(r.verdict, Verdict::Rewrite);
+        let patched = apply(&pod, &r.patch(&pod));
+        assert_eq!(
+            patched["spec"]["containers"][0]["image"],
+            format!("{REPO}@{GOOD}")
+        );
+        assert_eq!(patched["spec"]["containers"][1], pod["spec"]["containers"][1]);
+        let note: Value = serde_json::from_str(
+            patched["metadata"]["annotations"][REWRITTEN_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            note,
+            json!({"/spec/containers/0/image": {"from": format!("{REPO}@{BAD}"), "to": format!("{REPO}@{GOOD}")}})
+        );
+        let again = review(&patched, None, &Policy::default(), &list);
+        assert_eq!(again.verdict, Verdict::Allow);
+        assert!(again.patch(&patched).is_empty());
+    }
+
+    #[test]
+    fn annotation_merges_with_earlier_records() {
+        let earlier = json!({"/spec/containers/1/image": {"from": "a", "to": "b"}}).to_string();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"annotations": {REWRITTEN_ANNOTATION: earlier, "other": "x"}},
+            "spec": {"containers": [{"name": "c", "image": format!("{REPO}:v1.21.0-15")}]}});
+        let r = review(&pod, None, &Policy::default(), &allowlist());
+        let patched = apply(&pod, &r.patch(&pod));
+        let note: Value = serde_json::from_str(
+            patched["metadata"]["annotations"][REWRITTEN_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(note.as_object().unwrap().len(), 2);
+        assert_eq!(patched["metadata"]["annotations"]["other"], "x");
+        assert_eq!(
+            patched["spec"]["containers"][0]["image"],
+            format!("{REPO}:v1.21.0-15@{GOOD}")
+        );
+    }
+
+    #[test]
+    fn objects_without_metadata_get_it() {
+        let sr = json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+            "spec": {"containers": [{"name": "c", "image": format!("{REPO}@{BAD}")}]}});
+        let r = review(&sr, None, &Policy::default(), &allowlist());
+        let patched = apply(&sr, &r.patch(&sr));
+        assert!(patched["metadata"]["annotations"][REWRITTEN_ANNOTATION].is_string());
+    }
+
+    #[test]
+    fn embedded_runtime_text_is_edited_in_place() {
+        let text = format!(
+            "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nspec:\n  containers:\n    - name: ovms\n      # the runtime\n      image: >-\n        {REPO}@{BAD}\n      args: ['--port=8001']\n"
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "servingruntimes-config"},
+                        "data": {"default-config": text}});
+        let r = review(&cm, None, &Policy::default(), &allowlist());
+        assert_eq!(r.verdict, Verdict::Rewrite);
+        let patched = apply(&cm, &r.patch(&cm));
+        assert_eq!(patched["data"]["default-config"], text.replace(BAD, GOOD));
+        assert!(
+            review(&patched, None, &Policy::default(), &allowlist())
+                .patch(&patched)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn updates_judge_only_new_or_changed_images() {
+        let revoked = format!("{REPO}@{BAD}");
+        let old = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a", "image": revoked}]}});
+        let mut new = old.clone();
+        new["metadata"] = json!({"finalizers": []});
+        let r = review(&new, Some(&old), &Policy::default(), &allowlist());
+        assert!(r.images.is_empty());
+        assert_eq!(r.verdict, Verdict::Allow);
+        new["spec"]["containers"][0]["image"] = json!("quay.io/x/y:1");
+        let r = review(&new, Some(&old), &Policy::default(), &allowlist());
+        assert_eq!(r.verdict, Verdict::Deny);
+    }
+
+    #[test]
+    fn enforce_and_audit_modes() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c", "image": format!("{REPO}@{BAD}")}]}});
+        let mut policy = Policy {
+            mode: Mode::Enforce,
+            ..Policy::default()
+        };
+        let r = review(&pod, None, &policy, &allowlist());
+        assert_eq!(r.verdict, Verdict::Deny);
+        assert!(r.patch(&pod).is_empty());
+        assert!(r.images[0].message().starts_with("container \"c\": "));
+        policy.mode = Mode::Audit;
+        let r = review(&pod, None, &policy, &allowlist());
+        assert_eq!(r.verdict, Verdict::Allow);
+        assert!(r.patch(&pod).is_empty());
+    }
+
+    #[test]
+    fn malformed_sites_deny_with_their_reason() {
+        let sr = json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "spec": {"containers": {"name": "x"}}});
+        let r = review(&sr, None, &Policy::default(), &allowlist());
+        assert_eq!(r.verdict, Verdict::Deny);
+        assert_eq!(
+            r.images[0].message(),
+            "at /spec/containers: spec.containers must be a list of containers, found a mapping"
+        );
+    }
+}
