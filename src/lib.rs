@@ -9,6 +9,8 @@
 //! files ([`yaml`] keeps their positions for `--fix`).
 
 pub mod allowlist;
+pub mod check;
+pub mod cli;
 pub mod objects;
 pub mod policy;
 pub mod reference;

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `digest-gate` binary: everything lives in the library.
+
+fn main() -> std::process::ExitCode {
+    digest_gate::cli::main()
+}

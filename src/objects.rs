@@ -51,6 +51,8 @@ pub struct EmbeddedSite {
     pub document: usize,
     /// Pointer inside that document.
     pub pointer: String,
+    /// Line of the image inside the embedded text.
+    pub line: usize,
 }
 
 /// A YAML text inside an object (a ConfigMap value) that holds runtimes.
@@ -491,6 +493,7 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
                 site.embedded = Some(EmbeddedSite {
                     source,
                     document: doc.index,
+                    line: doc.line_of(&inner),
                     pointer: inner,
                 });
             }

@@ -372,8 +372,8 @@ impl Decision {
     pub fn message(&self, what: &str, image: &str) -> String {
         let core = self.finding.explain(image);
         match (self.mode, &self.finding) {
-            (Mode::Enforce, Finding::Rewrite { to, .. }) => {
-                format!("{what}: {core}; use '{to}' (enforce mode does not rewrite)")
+            (Mode::Enforce, Finding::Rewrite { .. }) => {
+                format!("{what}: {core}; enforce mode does not rewrite it")
             }
             (Mode::Audit, f) if f.verdict() != Verdict::Allow => {
                 format!("{what}: audit: would {}: {core}", f.verdict())
@@ -413,11 +413,11 @@ impl Finding {
                     }
                 };
                 let how = match rule {
-                    TargetRule::Tag => "the promoted digest of its tag",
+                    TargetRule::Tag => "the promoted digest of that tag",
                     TargetRule::RewriteTo => "the repository's rewriteTo digest",
                     TargetRule::SoleDigest => "the repository's promoted digest",
                 };
-                format!("'{image}': {why}; rewriting to {how}: '{to}'")
+                format!("'{image}': {why}; use '{to}' ({how})")
             }
             Self::Deny(denial) => denial.explain(image),
         }

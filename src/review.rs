@@ -280,6 +280,7 @@ mod tests {
     use super::*;
     use crate::allowlist::load_text;
     use crate::policy::Mode;
+    use proptest::prelude::*;
     use serde_json::json;
 
     const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
@@ -405,6 +406,73 @@ mod tests {
         let r = review(&pod, None, &policy, &allowlist());
         assert_eq!(r.verdict, Verdict::Allow);
         assert!(r.patch(&pod).is_empty());
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z:/@.0-9]{0,20}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("containers".to_owned()),
+                        Just("image".to_owned()),
+                        Just("spec".to_owned()),
+                        Just("volumes".to_owned()),
+                        "[a-z]{1,6}"
+                    ],
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn image_choice() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(format!("{REPO}@{GOOD}")),
+            Just(format!("{REPO}@{BAD}")),
+            Just(format!("{REPO}:v1.21.0-15")),
+            Just(format!("{REPO}:v1.21.0-15@{BAD}")),
+            Just(format!("{REPO}:latest")),
+            Just(REPO.to_owned()),
+            Just("ovms-1:replace".to_owned()),
+            Just("quay.io/other/x:1".to_owned()),
+            Just("$(vllm-cuda-image)".to_owned()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_spec_reviews_without_panicking(spec in json_value(), kind in prop_oneof![Just("Pod"), Just("ServingRuntime"), Just("Template"), Just("ConfigMap")]) {
+            let api = if kind == "ServingRuntime" { "serving.kserve.io/v1alpha1" } else { "v1" };
+            let object = json!({"apiVersion": api, "kind": kind, "spec": spec.clone(), "objects": [{"kind": "Pod", "apiVersion": "v1", "spec": spec}]});
+            let r = review(&object, None, &Policy::default(), &allowlist());
+            let mut patched = object.clone();
+            prop_assert!(json_patch::patch(&mut patched, &r.patch(&object)).is_ok());
+        }
+
+        #[test]
+        fn rewrites_are_idempotent(images in prop::collection::vec(image_choice(), 1..8), mode in prop_oneof![Just(Mode::Rewrite), Just(Mode::Enforce), Just(Mode::Audit)]) {
+            let containers: Vec<Value> = images.iter().enumerate().map(|(i, image)| json!({"name": format!("c{i}"), "image": image})).collect();
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}});
+            let policy = Policy { mode, ..Policy::default() };
+            let list = allowlist();
+            let first = review(&pod, None, &policy, &list);
+            let patched = apply(&pod, &first.patch(&pod));
+            let second = review(&patched, None, &policy, &list);
+            prop_assert_eq!(second.rewrites().count(), 0);
+            prop_assert!(second.patch(&patched).is_empty());
+            let denied = |r: &Review| r.denials().map(|i| i.site.pointer.clone()).collect::<Vec<_>>();
+            prop_assert_eq!(denied(&first), denied(&second));
+            prop_assert!(second.verdict <= first.verdict);
+        }
     }
 
     #[test]

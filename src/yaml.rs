@@ -37,6 +37,14 @@ pub struct Node {
     style: Option<ScalarStyle>,
 }
 
+impl Node {
+    /// Whether this is a literal block scalar (`|`), whose content lines are
+    /// the lines of the string.
+    pub fn is_literal_block(&self) -> bool {
+        self.style == Some(ScalarStyle::Literal)
+    }
+}
+
 /// One document of a stream.
 #[derive(Debug, Clone)]
 pub struct Document {
@@ -50,6 +58,16 @@ pub struct Document {
 }
 
 impl Document {
+    /// A document read without positions (e.g. by a JSON parser).
+    pub fn from_value(value: Value) -> Self {
+        Self {
+            value,
+            index: 0,
+            line: 1,
+            nodes: HashMap::new(),
+        }
+    }
+
     /// Position of the node at `pointer` (RFC 6901), if it came from the text.
     pub fn node(&self, pointer: &str) -> Option<Node> {
         self.nodes.get(pointer).copied()
@@ -574,8 +592,13 @@ pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) 
     }
     let replacement = match style {
         ScalarStyle::Plain if is_plain_safe(new_value) => new_value.to_owned(),
-        ScalarStyle::SingleQuoted => format!("'{}'", new_value.replace('\'', "''")),
-        ScalarStyle::Plain | ScalarStyle::DoubleQuoted => double_quoted(new_value),
+        // Line breaks fold inside single quotes; only double quotes keep them.
+        ScalarStyle::SingleQuoted if !new_value.contains(|c: char| c.is_control()) => {
+            format!("'{}'", new_value.replace('\'', "''"))
+        }
+        ScalarStyle::Plain | ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted => {
+            double_quoted(new_value)
+        }
         ScalarStyle::Literal | ScalarStyle::Folded => {
             let body = &text[start..end];
             let first_break = body.find('\n').unwrap_or(body.len());
@@ -603,7 +626,7 @@ pub fn double_quoted(value: &str) -> String {
 
 /// Whether `value` can stand as a plain scalar and still read as this string
 /// in both block and flow context. Deliberately narrow: image references.
-fn is_plain_safe(value: &str) -> bool {
+pub fn is_plain_safe(value: &str) -> bool {
     let b = value.as_bytes();
     !b.is_empty()
         && b[0].is_ascii_alphanumeric()

@@ -66,15 +66,10 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
     out
 }
 
-/// Repository names and digests are plain-safe; anything else is quoted.
+/// Repository names and digests stay plain; anything that would not read
+/// back as the same string is quoted.
 fn scalar(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.as_bytes()[0].is_ascii_alphanumeric()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/' | b':' | b'@'))
-        && s.contains(['/', ':', '-', '.'])
-        && !s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    if plain {
+    if yaml::is_plain_safe(s) {
         s.to_owned()
     } else {
         yaml::double_quoted(s)

@@ -1,0 +1,671 @@
+//! `digest-gate check`: the webhook's decisions, run offline on manifest files
+//! (multi-document YAML, JSON, `kind: List`), with `--fix` editing image values
+//! where they stand so the result can be committed as is.
+
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, ReplaceOperation};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::allowlist::Allowlist;
+use crate::objects::Role;
+use crate::policy::{Mode, Policy, Verdict};
+use crate::review::{self, Review};
+use crate::yaml::{self, Document, Edit, Offsets};
+
+/// One manifest input.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// The path as given, or `-` for standard input.
+    pub name: String,
+    pub text: String,
+}
+
+/// Reads `-f` arguments: files, `-` (stdin), or directories (their `.yaml`,
+/// `.yml` and `.json` files, like `kubectl apply -f dir`). Unreadable inputs
+/// are returned as problems.
+pub fn read_inputs(args: &[String]) -> (Vec<Input>, Vec<String>) {
+    let mut inputs = Vec::new();
+    let mut problems = Vec::new();
+    let mut stdin_read = false;
+    for arg in args {
+        if arg == "-" {
+            if stdin_read {
+                continue;
+            }
+            stdin_read = true;
+            let mut text = String::new();
+            match std::io::stdin().read_to_string(&mut text) {
+                Ok(_) => inputs.push(Input {
+                    name: "-".into(),
+                    text,
+                }),
+                Err(e) => problems.push(format!("-: cannot read standard input: {e}")),
+            }
+            continue;
+        }
+        let path = Path::new(arg);
+        let files = if path.is_dir() {
+            match std::fs::read_dir(path) {
+                Ok(entries) => {
+                    let mut files: Vec<_> = entries
+                        .filter_map(Result::ok)
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.is_file()
+                                && p.extension()
+                                    .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+                        })
+                        .collect();
+                    files.sort();
+                    files
+                }
+                Err(e) => {
+                    problems.push(format!("{arg}: cannot list directory: {e}"));
+                    continue;
+                }
+            }
+        } else {
+            vec![path.to_owned()]
+        };
+        for file in files {
+            let name = file.display().to_string();
+            match std::fs::read(&file) {
+                Ok(bytes) => match String::from_utf8(bytes) {
+                    Ok(text) => inputs.push(Input { name, text }),
+                    Err(_) => problems.push(format!("{name}: is not UTF-8 text")),
+                },
+                Err(e) => problems.push(format!("{name}: cannot read: {e}")),
+            }
+        }
+    }
+    (inputs, problems)
+}
+
+/// What `check` reports for an image (the JSON contract's `images[]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageReport {
+    pub path: String,
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    pub image: Value,
+    /// `allow`, `exempt`, `rewrite` or `deny`.
+    pub verdict: &'static str,
+    pub rewrite: Option<String>,
+    pub reason: String,
+    /// In audit mode: what rewrite mode would do.
+    #[serde(rename = "wouldBe", skip_serializing_if = "Option::is_none")]
+    pub would_be: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+}
+
+/// What `check` reports for an object (the JSON contract's `results[]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectReport {
+    pub source: String,
+    pub document: usize,
+    pub item: Option<usize>,
+    #[serde(rename = "apiVersion")]
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// `allow`, `rewrite`, `deny`, or `skipped` for kinds without images.
+    pub verdict: &'static str,
+    pub images: Vec<ImageReport>,
+    #[serde(skip)]
+    pub line: usize,
+}
+
+/// Object counts by verdict.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Summary {
+    pub objects: usize,
+    pub allow: usize,
+    pub rewrite: usize,
+    pub deny: usize,
+    pub skipped: usize,
+}
+
+/// A manifest after `--fix`.
+#[derive(Debug, Clone)]
+pub struct Fixed {
+    pub name: String,
+    pub text: String,
+    /// Images rewritten in this file.
+    pub rewrites: usize,
+}
+
+/// Everything a check run found.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub results: Vec<ObjectReport>,
+    pub summary: Summary,
+    /// Inputs that could not be used (exit code 2).
+    pub problems: Vec<String>,
+    /// With `--fix`: every input, rewritten where needed.
+    pub fixed: Vec<Fixed>,
+    /// With `--fix`: images still denied after fixing.
+    pub still_denied: usize,
+}
+
+/// Checks `inputs`; with `fix`, also rewrites them.
+pub fn check(inputs: &[Input], allowlist: &Allowlist, policy: &Policy, fix: bool) -> Outcome {
+    let mut outcome = Outcome::default();
+    for input in inputs {
+        check_input(input, allowlist, policy, fix, &mut outcome);
+    }
+    outcome
+}
+
+/// Parses a manifest stream. JSON that YAML cannot read (rare escapes) is
+/// read as JSON, without positions.
+fn documents(text: &str) -> Result<(Vec<Document>, bool), String> {
+    match yaml::parse_stream(text) {
+        Ok(docs) => Ok((docs, true)),
+        Err(e) => {
+            let trimmed = text.trim_start();
+            if trimmed.starts_with('{') || trimmed.starts_with('[') {
+                if let Ok(value) = serde_json::from_str::<Value>(text) {
+                    return Ok((vec![Document::from_value(value)], false));
+                }
+            }
+            Err(e.to_string())
+        }
+    }
+}
+
+/// An object found in a document, with its pointer prefix in the document.
+struct Found<'d> {
+    object: &'d Value,
+    prefix: String,
+    item: Option<usize>,
+}
+
+fn objects_of(value: &Value) -> Option<Vec<Found<'_>>> {
+    let obj = value.as_object()?;
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    if let (true, Some(Value::Array(items))) = (kind.ends_with("List"), obj.get("items")) {
+        return Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, object)| Found {
+                    object,
+                    prefix: format!("/items/{i}"),
+                    item: Some(i),
+                })
+                .collect(),
+        );
+    }
+    Some(vec![Found {
+        object: value,
+        prefix: String::new(),
+        item: None,
+    }])
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool, outcome: &mut Outcome) {
+    let (docs, positioned) = match documents(&input.text) {
+        Ok(d) => d,
+        Err(e) => {
+            outcome
+                .problems
+                .push(format!("{}: not valid YAML or JSON: {e}", input.name));
+            return;
+        }
+    };
+    // Fixing applies every rewrite the allowlist allows, whatever the mode:
+    // a developer running --fix wants manifests that pass in any mode.
+    let fixing_policy = Policy {
+        mode: Mode::Rewrite,
+        kind_modes: Default::default(),
+        unlisted: policy.unlisted,
+    };
+    let offsets = Offsets::new(&input.text);
+    let mut edits: Vec<Edit> = Vec::new();
+    let mut expected: Vec<(usize, Vec<PatchOperation>)> = Vec::new();
+    let mut fix_failed = None;
+    let mut rewrites = 0;
+
+    for doc in &docs {
+        if doc.value.is_null() {
+            continue;
+        }
+        let Some(found) = objects_of(&doc.value) else {
+            outcome.problems.push(format!(
+                "{}:{}: document {} is not a Kubernetes object (found {})",
+                input.name,
+                doc.line,
+                doc.index,
+                type_name(&doc.value)
+            ));
+            continue;
+        };
+        let mut ops = Vec::new();
+        for f in found {
+            let r = review::review(f.object, None, policy, allowlist);
+            let report = report(input, doc, &f, &r);
+            tally(&mut outcome.summary, report.verdict);
+            outcome.results.push(report);
+            if !fix {
+                continue;
+            }
+            let fr = review::review(f.object, None, &fixing_policy, allowlist);
+            if policy.mode_for(&fr.kind) != Mode::Audit {
+                outcome.still_denied += fr.denials().count();
+            }
+            for image in fr.rewrites() {
+                let to = image.decision.rewrite_to().expect("rewrites have a target");
+                rewrites += 1;
+                if image.site.embedded.is_some() {
+                    continue;
+                }
+                let at = format!("{}{}", f.prefix, image.site.pointer);
+                ops.push(replace(&at, Value::String(to.to_owned())));
+                let edit = doc
+                    .node(&at)
+                    .ok_or_else(|| "positions unknown".to_owned())
+                    .and_then(|n| {
+                        yaml::scalar_edit(&input.text, &offsets, &n, to).map_err(|e| e.to_string())
+                    });
+                match edit {
+                    Ok(e) => edits.push(e),
+                    Err(e) => fix_failed = Some(format!("{at}: {e}")),
+                }
+            }
+            for e in &fr.embedded {
+                let at = format!("{}{}", f.prefix, e.pointer);
+                ops.push(replace(&at, Value::String(e.rewritten.clone())));
+                match embedded_edits(&input.text, &offsets, doc, &at, e) {
+                    Ok(mut v) => edits.append(&mut v),
+                    Err(err) => fix_failed = Some(format!("{at}: {err}")),
+                }
+            }
+        }
+        if !ops.is_empty() {
+            expected.push((doc.index, ops));
+        }
+    }
+
+    if !fix {
+        return;
+    }
+    let text = if edits.is_empty() && fix_failed.is_none() {
+        Ok(input.text.clone())
+    } else if !positioned {
+        Err("the file could only be read as JSON, without positions".to_owned())
+    } else if let Some(e) = fix_failed {
+        Err(e)
+    } else {
+        yaml::apply_edits(&input.text, edits)
+            .map_err(|e| e.to_string())
+            .and_then(|t| verify(&t, &docs, &expected).map(|()| t))
+    };
+    match text {
+        Ok(text) => outcome.fixed.push(Fixed {
+            name: input.name.clone(),
+            text,
+            rewrites,
+        }),
+        Err(e) => {
+            outcome.still_denied += rewrites;
+            outcome.problems.push(format!(
+                "{}: cannot rewrite in place ({e}); apply the rewrites above by hand",
+                input.name
+            ));
+            outcome.fixed.push(Fixed {
+                name: input.name.clone(),
+                text: input.text.clone(),
+                rewrites: 0,
+            });
+        }
+    }
+}
+
+fn replace(at: &str, value: Value) -> PatchOperation {
+    PatchOperation::Replace(ReplaceOperation {
+        path: PointerBuf::parse(at).expect("walkers build valid pointers"),
+        value,
+    })
+}
+
+/// Edits of the file for a rewritten embedded document: in a literal block
+/// each line maps to a file line; any other style is replaced whole.
+fn embedded_edits(
+    text: &str,
+    offsets: &Offsets,
+    doc: &Document,
+    at: &str,
+    e: &review::EmbeddedRewrite,
+) -> Result<Vec<Edit>, String> {
+    let node = doc.node(at).ok_or("positions unknown")?;
+    if let Ok(mapped) = yaml::map_literal_edits(text, offsets, &node, &e.original, &e.edits) {
+        return Ok(mapped);
+    }
+    yaml::scalar_edit(text, offsets, &node, &e.rewritten)
+        .map(|edit| vec![edit])
+        .map_err(|err| err.to_string())
+}
+
+/// Re-reads the fixed text: it must hold exactly the original documents with
+/// the rewrites applied, or nothing is written.
+fn verify(
+    text: &str,
+    original: &[Document],
+    expected: &[(usize, Vec<PatchOperation>)],
+) -> Result<(), String> {
+    let docs = yaml::parse_stream(text).map_err(|e| format!("the result does not parse: {e}"))?;
+    if docs.len() != original.len() {
+        return Err("the result has a different number of documents".into());
+    }
+    for (before, after) in original.iter().zip(&docs) {
+        let mut want = before.value.clone();
+        if let Some((_, ops)) = expected.iter().find(|(i, _)| *i == before.index) {
+            json_patch::patch(&mut want, ops).map_err(|e| e.to_string())?;
+        }
+        if want != after.value {
+            return Err(format!(
+                "document {} would change beyond its images",
+                before.index
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn tally(summary: &mut Summary, verdict: &str) {
+    summary.objects += 1;
+    match verdict {
+        "allow" => summary.allow += 1,
+        "rewrite" => summary.rewrite += 1,
+        "deny" => summary.deny += 1,
+        _ => summary.skipped += 1,
+    }
+}
+
+/// The file line of an image. Inside an embedded literal block the line is
+/// the block's first line plus the image's line in the embedded text.
+fn line_of_site(doc: &Document, at: &str, image: &review::ImageReview) -> usize {
+    if let Some(n) = doc.node(at) {
+        return n.line;
+    }
+    let outer = at.split('#').next().unwrap_or(at);
+    match (doc.node(outer), &image.site.embedded) {
+        (Some(n), Some(e)) if n.is_literal_block() => n.line + e.line - 1,
+        _ => doc.line_of(outer),
+    }
+}
+
+fn report(input: &Input, doc: &Document, found: &Found<'_>, r: &Review) -> ObjectReport {
+    let text = |p: &str| found.object.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    let images = r
+        .images
+        .iter()
+        .map(|i| {
+            let d = &i.decision;
+            let verdict = if d.is_exempt() {
+                "exempt"
+            } else {
+                d.verdict.as_str()
+            };
+            let would_be =
+                (d.mode == Mode::Audit && d.would_be() != Verdict::Allow).then(|| d.would_be().as_str());
+            let at = format!("{}{}", found.prefix, i.site.pointer);
+            let (container, volume) = match i.site.role {
+                Role::Volume => (None, i.site.name.clone()),
+                Role::Structure => (None, None),
+                _ => (i.site.name.clone(), None),
+            };
+            ImageReport {
+                path: i.site.pointer.clone(),
+                container,
+                volume,
+                image: match &i.site.image {
+                    Ok(s) => Value::String(s.clone()),
+                    Err(_) => found
+                        .object
+                        .pointer(&i.site.pointer)
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                },
+                verdict,
+                rewrite: d.rewrite_to().map(str::to_owned),
+                reason: i.message(),
+                would_be,
+                line: Some(line_of_site(doc, &at, i)),
+            }
+        })
+        .collect();
+    ObjectReport {
+        source: input.name.clone(),
+        document: doc.index,
+        item: found.item,
+        api_version: text("/apiVersion"),
+        kind: text("/kind"),
+        namespace: text("/metadata/namespace"),
+        name: text("/metadata/name"),
+        verdict: if r.known { r.verdict.as_str() } else { "skipped" },
+        images,
+        line: doc.line_of(&found.prefix),
+    }
+}
+
+// === output ===
+
+/// The JSON report (`--output json`).
+pub fn json_report(outcome: &Outcome) -> String {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        results: &'a [ObjectReport],
+        summary: &'a Summary,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        errors: &'a [String],
+    }
+    let mut s = serde_json::to_string_pretty(&Out {
+        results: &outcome.results,
+        summary: &outcome.summary,
+        errors: &outcome.problems,
+    })
+    .expect("reports serialise");
+    s.push('\n');
+    s
+}
+
+/// The text report: one line per image that needs attention, then problems
+/// and a summary. Compliant objects make no noise.
+pub fn text_report(outcome: &Outcome, fix: bool) -> String {
+    let mut out = String::new();
+    for r in &outcome.results {
+        let object = match (&r.namespace, &r.name) {
+            (Some(ns), Some(name)) => format!("{ns}/{name}"),
+            (None, Some(name)) => name.clone(),
+            _ => "(unnamed)".to_owned(),
+        };
+        let kind = r.kind.as_deref().unwrap_or("object");
+        for i in &r.images {
+            let shown = match (i.verdict, i.would_be) {
+                ("rewrite", _) if fix => "fixed",
+                (v @ ("rewrite" | "deny"), _) => v,
+                (_, Some(_)) => "audit",
+                _ => continue,
+            };
+            let line = i.line.unwrap_or(r.line);
+            let _ = writeln!(out, "{}:{line}: {kind} {object}: {shown}: {}", r.source, i.reason);
+        }
+    }
+    for p in &outcome.problems {
+        let _ = writeln!(out, "error: {p}");
+    }
+    let s = &outcome.summary;
+    let _ = write!(
+        out,
+        "{} object{} checked: {} allowed, {} {}, {} denied, {} skipped",
+        s.objects,
+        if s.objects == 1 { "" } else { "s" },
+        s.allow,
+        s.rewrite,
+        if fix { "fixed" } else { "to rewrite" },
+        s.deny,
+        s.skipped
+    );
+    if fix && outcome.still_denied > 0 {
+        let _ = write!(
+            out,
+            "; {} image(s) still denied after fixing",
+            outcome.still_denied
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// The fixed manifests for stdout: one input as it is; several in a single
+/// stream, each behind a `# Source:` comment.
+pub fn fixed_stream(fixed: &[Fixed]) -> String {
+    if let [one] = fixed {
+        return one.text.clone();
+    }
+    let mut out = String::new();
+    for (i, f) in fixed.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        let _ = writeln!(out, "# Source: {}", f.name);
+        out.push_str(&f.text);
+        if !f.text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The exit code contract: 0 compliant, 1 something denied or to rewrite
+/// (with `--fix`: still denied after fixing), 2 unusable input.
+pub fn exit_code(outcome: &Outcome, fix: bool) -> u8 {
+    if !outcome.problems.is_empty() {
+        2
+    } else if fix {
+        u8::from(outcome.still_denied > 0)
+    } else {
+        u8::from(outcome.summary.deny + outcome.summary.rewrite > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::load_text;
+
+    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+    fn run(text: &str, fix: bool) -> Outcome {
+        let list = load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
+            .unwrap()
+            .allowlist;
+        let input = Input {
+            name: "m.yaml".into(),
+            text: text.into(),
+        };
+        check(&[input], &list, &Policy::default(), fix)
+    }
+
+    #[test]
+    fn fix_edits_only_image_values() {
+        let text = format!(
+            "# keep me\napiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: demo}}\nspec:\n  containers:\n    - name: a   # first\n      image: \"{REPO}@{BAD}\"\n    - {{name: b, image: '{REPO}:v1.21.0-15'}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n"
+        );
+        let o = run(&text, true);
+        assert_eq!(
+            o.summary,
+            Summary {
+                objects: 2,
+                allow: 0,
+                rewrite: 1,
+                deny: 0,
+                skipped: 1
+            }
+        );
+        assert_eq!(o.still_denied, 0);
+        let want = text
+            .replace(&format!("\"{REPO}@{BAD}\""), &format!("\"{REPO}@{GOOD}\""))
+            .replace(
+                &format!("'{REPO}:v1.21.0-15'"),
+                &format!("'{REPO}:v1.21.0-15@{GOOD}'"),
+            );
+        assert_eq!(o.fixed[0].text, want);
+        assert_eq!(o.fixed[0].rewrites, 2);
+        assert_eq!(exit_code(&o, true), 0);
+        assert_eq!(exit_code(&run(&text, false), false), 1);
+    }
+
+    #[test]
+    fn lists_report_items() {
+        let text = format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n  {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"a\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"{REPO}@{GOOD}\"}}]}}}},\n  {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"b\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"nginx\"}}]}}}}\n]}}\n"
+        );
+        let o = run(&text, false);
+        assert_eq!(o.results.len(), 2);
+        assert_eq!((o.results[0].item, o.results[1].item), (Some(0), Some(1)));
+        assert_eq!((o.results[0].verdict, o.results[1].verdict), ("allow", "deny"));
+        assert_eq!(o.results[1].images[0].line, Some(3));
+        let report = text_report(&o, false);
+        assert!(
+            report
+                .starts_with("m.yaml:3: Pod b: deny: container \"c\": image 'nginx' has no registry domain"),
+            "{report}"
+        );
+        assert!(
+            report.ends_with("2 objects checked: 1 allowed, 0 to rewrite, 1 denied, 0 skipped\n"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn unusable_documents_are_problems() {
+        let o = run("- a\n- b\n", false);
+        assert_eq!(exit_code(&o, false), 2);
+        assert!(
+            o.problems[0].contains("is not a Kubernetes object (found a list)"),
+            "{:?}",
+            o.problems
+        );
+        let o = run("kind: [\n", false);
+        assert!(
+            o.problems[0].starts_with("m.yaml: not valid YAML or JSON"),
+            "{:?}",
+            o.problems
+        );
+    }
+
+    #[test]
+    fn denied_images_remain_after_fixing() {
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n    - {{name: a, image: {REPO}:latest}}\n    - {{name: b, image: {REPO}@{BAD}}}\n"
+        );
+        let o = run(&text, true);
+        assert_eq!(o.still_denied, 1);
+        assert_eq!(exit_code(&o, true), 1);
+        assert!(o.fixed[0].text.contains(&format!("image: {REPO}@{GOOD}}}")));
+        assert!(o.fixed[0].text.contains(&format!("image: {REPO}:latest}}")));
+    }
+}

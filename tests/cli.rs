@@ -1,0 +1,580 @@
+//! `digest-gate check` and `digest-gate allowlist` run as a developer or CI
+//! runs them: the built binary, the real upstream manifests, every allowlist
+//! format.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+const PROMOTED: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+const OVMS: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(name: &str) -> String {
+    let dir = root().join("tests/fixtures/upstream/servingruntimes");
+    let found = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(name))
+        .unwrap_or_else(|| panic!("no fixture {name}"));
+    found.display().to_string()
+}
+
+fn path(rel: &str) -> String {
+    root().join(rel).display().to_string()
+}
+
+fn example_allowlist() -> String {
+    path("examples/allowlist.yaml")
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("{e}: {}", self.stdout))
+    }
+}
+
+fn digest_gate(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_digest-gate"));
+    cmd.args(args)
+        .env_remove("DIGEST_GATE_ALLOWLIST")
+        .env_remove("DIGEST_GATE_MODE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("binary runs");
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+fn check(allowlist: &str, file: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["check", "--allowlist", allowlist, "-f", file];
+    args.extend_from_slice(extra);
+    digest_gate(&args, None)
+}
+
+/// A scratch directory unique to the test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("digest-gate-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn the_incident_configmap_is_rewritten_to_the_promoted_digest() {
+    for allowlist in [
+        example_allowlist(),
+        path("tests/data/allowlists/rhods-operator.csv.yaml"),
+    ] {
+        let run = check(&allowlist, &fixture("01_"), &["-o", "json"]);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        let out = run.json();
+        let result = &out["results"][0];
+        assert_eq!(result["kind"], "ConfigMap");
+        assert_eq!(result["verdict"], "rewrite");
+        let image = &result["images"][0];
+        assert_eq!(image["path"], "/data/default-config#/spec/containers/0/image");
+        assert_eq!(image["container"], "ovms");
+        assert_eq!(image["image"], format!("{OVMS}@{NEVER_PROMOTED}"));
+        assert_eq!(image["rewrite"], format!("{OVMS}@{PROMOTED}"));
+        assert_eq!(image["line"], 40);
+        assert_eq!(
+            out["summary"],
+            serde_json::json!({"objects": 1, "allow": 0, "rewrite": 1, "deny": 0, "skipped": 0})
+        );
+    }
+}
+
+#[test]
+fn fix_changes_only_the_image_line_and_the_result_passes() {
+    let file = fixture("01_");
+    let run = check(&example_allowlist(), &file, &["--fix"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("fixed: container \"ovms\""), "{}", run.stderr);
+    let original = std::fs::read_to_string(&file).unwrap();
+    let changed: Vec<(usize, &str, &str)> = original
+        .lines()
+        .zip(run.stdout.lines())
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (a, b))| (i + 1, a, b))
+        .collect();
+    assert_eq!(original.lines().count(), run.stdout.lines().count());
+    assert_eq!(changed.len(), 1, "{changed:#?}");
+    assert_eq!(changed[0].0, 40);
+    assert_eq!(changed[0].2, changed[0].1.replace(NEVER_PROMOTED, PROMOTED));
+    let again = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-"],
+        Some(&run.stdout),
+    );
+    assert_eq!(again.code, 0, "{}", again.stdout);
+}
+
+#[test]
+fn placeholders_are_denied_as_invalid_or_short_names() {
+    let cases = [
+        (
+            "02_",
+            "'<openvino_image>' is not a valid image reference: it looks like a template placeholder",
+        ),
+        (
+            "03_",
+            "image 'ovms-1' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag",
+        ),
+        ("04_", "image 'ovms-kserve' has no registry domain"),
+        (
+            "07_",
+            "image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag (':replace' is a build-time placeholder",
+        ),
+        ("08_", "image 'tritonserver-2:replace' has no registry domain"),
+        (
+            "09_",
+            "worker container \"worker-container\": image 'huggingfaceserver-gpu:replace' has no registry domain",
+        ),
+        (
+            "10_",
+            "image 'kserve-sklearnserver:replace' has no registry domain",
+        ),
+        (
+            "11_",
+            "image '$(vllm-cuda-image)' is not a valid image reference: it looks like a template placeholder",
+        ),
+    ];
+    for (name, want) in cases {
+        let run = check(&example_allowlist(), &fixture(name), &[]);
+        assert_eq!(run.code, 1, "{name}: {}", run.stdout);
+        assert!(run.stdout.contains(": deny: "), "{name}: {}", run.stdout);
+        assert!(
+            run.stdout.contains(want),
+            "{name}: want {want:?} in\n{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn digest_pinned_fixtures_pass_and_unlisted_ones_follow_the_flag() {
+    for name in ["05_", "06_"] {
+        let run = check(&example_allowlist(), &fixture(name), &[]);
+        assert_eq!(run.code, 0, "{name}: {}", run.stdout);
+        // Compliant objects make no noise: only the summary line.
+        assert_eq!(run.stdout.lines().count(), 1, "{}", run.stdout);
+    }
+    let run = check(&example_allowlist(), &fixture("12_"), &[]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("repository quay.io/modh/odh-openvino-servingruntime-container is not in the promoted-digest allowlist"), "{}", run.stdout);
+    let run = check(&example_allowlist(), &fixture("12_"), &["--unlisted", "allow"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+}
+
+#[test]
+fn kinds_without_images_are_skipped() {
+    let run = check(&example_allowlist(), &fixture("03b_"), &["-o", "json"]);
+    assert_eq!(run.code, 0);
+    let out = run.json();
+    assert_eq!(out["results"][0]["verdict"], "skipped");
+    assert_eq!(out["summary"]["skipped"], 1);
+}
+
+#[test]
+fn a_directory_of_manifests_is_checked_file_by_file() {
+    let run = check(
+        &example_allowlist(),
+        &path("tests/fixtures/upstream/servingruntimes"),
+        &["-o", "json"],
+    );
+    assert_eq!(run.code, 1);
+    let out = run.json();
+    assert_eq!(
+        out["summary"],
+        serde_json::json!({"objects": 13, "allow": 2, "rewrite": 1, "deny": 9, "skipped": 1})
+    );
+}
+
+/// What `kubectl get servingruntimes,clusterservingruntimes -o json` prints:
+/// a `kind: List` of the objects.
+fn kubectl_list() -> String {
+    let mut items = Vec::new();
+    for name in ["05_", "06_", "07_", "12_"] {
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        for doc in digest_gate::yaml::parse_stream(&text).unwrap() {
+            items.push(doc.value);
+        }
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
+    serde_json::to_string_pretty(&list).unwrap()
+}
+
+#[test]
+fn kubectl_lists_from_stdin() {
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &example_allowlist(),
+            "-f",
+            "-",
+            "-o",
+            "json",
+        ],
+        Some(&kubectl_list()),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let out = run.json();
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["source"], "-");
+        assert_eq!(r["document"], 0);
+        assert_eq!(r["item"], i);
+    }
+    let verdicts: Vec<&str> = results.iter().map(|r| r["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["allow", "allow", "deny", "deny"]);
+    // Lines point into the JSON text.
+    assert!(results[2]["images"][0]["line"].as_u64().unwrap() > 1);
+}
+
+#[test]
+fn kubectl_lists_can_be_fixed_in_place() {
+    let mut list: Value = serde_json::from_str(&kubectl_list()).unwrap();
+    list["items"][0]["spec"]["containers"][0]["image"] = Value::String(format!("{OVMS}@{NEVER_PROMOTED}"));
+    let text = serde_json::to_string_pretty(&list).unwrap();
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-", "--fix"],
+        Some(&text),
+    );
+    assert_eq!(run.code, 1, "two items stay denied: {}", run.stderr);
+    assert_eq!(run.stdout, text.replace(NEVER_PROMOTED, PROMOTED));
+}
+
+#[test]
+fn each_allowlist_format_decides() {
+    let csv = path("tests/data/allowlists/rhods-operator.csv.yaml");
+    let isc = path("tests/data/allowlists/imageset.yaml");
+    let plain = path("tests/data/allowlists/promoted.txt");
+    let cases: [(&str, String, i32, &str); 7] = [
+        ("native", fixture("06_"), 0, ""),
+        ("CSV relatedImages", fixture("01_"), 1, "rewrite"),
+        // TGIS is promoted only through RELATED_IMAGE_* env; caikit is not.
+        (
+            "CSV env",
+            fixture("06_"),
+            1,
+            "caikit-tgis-serving is not in the promoted-digest allowlist",
+        ),
+        ("ImageSetConfiguration", fixture("05_"), 0, ""),
+        (
+            "ImageSetConfiguration",
+            fixture("06_"),
+            1,
+            "text-generation-inference is not in the promoted-digest allowlist",
+        ),
+        (
+            "plain list tag",
+            path("examples/manifests/incident-servingruntime.yaml"),
+            1,
+            "rewrite",
+        ),
+        (
+            "plain list",
+            fixture("05_"),
+            1,
+            "openvino_model_server is not in the promoted-digest allowlist; did you mean quay.io/opendatahub/openvino_model_server@sha256:20dbfbaf",
+        ),
+    ];
+    let lists = [
+        example_allowlist(),
+        csv.clone(),
+        csv,
+        isc.clone(),
+        isc,
+        plain.clone(),
+        plain,
+    ];
+    for ((name, file, code, want), list) in cases.iter().zip(lists) {
+        let run = check(&list, file, &[]);
+        assert_eq!(run.code, *code, "{name}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout.contains(want),
+            "{name}: want {want:?} in\n{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn a_mounted_configmap_directory_merges_its_keys() {
+    // The kubelet's layout: keys are symlinks into ..data, itself a symlink
+    // to a timestamped directory.
+    let dir = scratch("mounted");
+    let stamp = dir.join("..2026_12_02_18_00_00.000000001");
+    std::fs::create_dir(&stamp).unwrap();
+    for (key, src) in [
+        ("csv.yaml", "rhods-operator.csv.yaml"),
+        ("isc.yaml", "imageset.yaml"),
+    ] {
+        std::fs::copy(root().join("tests/data/allowlists").join(src), stamp.join(key)).unwrap();
+        std::os::unix::fs::symlink(Path::new("..data").join(key), dir.join(key)).unwrap();
+    }
+    std::os::unix::fs::symlink(stamp.file_name().unwrap(), dir.join("..data")).unwrap();
+    let allowlist = dir.display().to_string();
+    assert_eq!(check(&allowlist, &fixture("05_"), &[]).code, 0);
+    let run = check(&allowlist, &fixture("01_"), &[]);
+    assert!(run.stdout.contains(": rewrite: "), "{}", run.stdout);
+    let lint = digest_gate(&["allowlist", "lint", &allowlist], None);
+    assert_eq!(lint.code, 0, "{}", lint.stderr);
+    assert!(
+        lint.stdout
+            .contains("csv.yaml: ClusterServiceVersion, 3 promoted image(s)"),
+        "{}",
+        lint.stdout
+    );
+    assert!(
+        lint.stdout.contains("warning: ")
+            && lint
+                .stdout
+                .contains("odh-must-gather-rhel8:latest' is not pinned by digest"),
+        "{}",
+        lint.stdout
+    );
+    assert_eq!(
+        digest_gate(&["allowlist", "lint", "--strict", &allowlist], None).code,
+        1
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn conflicting_or_broken_allowlists_are_refused_with_file_and_line() {
+    let dir = scratch("conflict");
+    let a = dir.join("a.txt");
+    let b = dir.join("b.yaml");
+    std::fs::write(&a, format!("quay.io/x/y:v1@{PROMOTED}\n")).unwrap();
+    std::fs::write(
+        &b,
+        format!("apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  repositories:\n    - name: quay.io/x/y\n      digests:\n        - digest: {NEVER_PROMOTED}\n          tags: [v1]\n"),
+    )
+    .unwrap();
+    let run = digest_gate(
+        &[
+            "allowlist",
+            "lint",
+            &a.display().to_string(),
+            &b.display().to_string(),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains(&format!(
+            "{}:7: spec.repositories[0].digests[0]: tag 'v1' of quay.io/x/y names",
+            b.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!("{}:1 names", a.display())),
+        "{}",
+        run.stderr
+    );
+
+    std::fs::write(
+        &b,
+        "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  repositories: [\n",
+    )
+    .unwrap();
+    let run = check(&b.display().to_string(), &fixture("05_"), &[]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("not valid YAML"), "{}", run.stderr);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn unusable_input_and_flags_exit_2() {
+    let list = example_allowlist();
+    let missing = check(&list, "/nonexistent/manifest.yaml", &[]);
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing
+            .stdout
+            .contains("error: /nonexistent/manifest.yaml: cannot read"),
+        "{}",
+        missing.stdout
+    );
+    let garbage = digest_gate(
+        &["check", "--allowlist", &list, "-f", "-"],
+        Some("kind: Pod\nspec: [\n"),
+    );
+    assert_eq!(garbage.code, 2);
+    assert!(
+        garbage.stdout.contains("error: -: not valid YAML or JSON: line"),
+        "{}",
+        garbage.stdout
+    );
+    assert_eq!(check(&list, &fixture("05_"), &["--mode", "strict"]).code, 2);
+    assert_eq!(check(&list, &fixture("05_"), &["--kind-mode", "Pod"]).code, 2);
+    assert_eq!(digest_gate(&["check", "-f", &fixture("05_")], None).code, 2);
+    assert_eq!(digest_gate(&["check", "--allowlist", &list], None).code, 2);
+}
+
+#[test]
+fn modes_and_env_vars() {
+    let file = path("examples/manifests/incident-servingruntime.yaml");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_digest-gate"));
+    let out = cmd
+        .args(["check", "-f", &file])
+        .env("DIGEST_GATE_ALLOWLIST", example_allowlist())
+        .env("DIGEST_GATE_MODE", "audit")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains(": audit: container \"ovms\": audit: would rewrite:"),
+        "{stdout}"
+    );
+
+    let run = check(
+        &example_allowlist(),
+        &file,
+        &["--kind-mode", "ServingRuntime=enforce", "-o", "json"],
+    );
+    assert_eq!(run.code, 1);
+    let image = &run.json()["results"][0]["images"][0];
+    assert_eq!(image["verdict"], "deny");
+    assert_eq!(image["rewrite"], format!("{OVMS}@{PROMOTED}"));
+    assert!(
+        image["reason"]
+            .as_str()
+            .unwrap()
+            .contains("enforce mode does not rewrite it")
+    );
+}
+
+#[test]
+fn fix_in_place_writes_only_changed_files() {
+    let dir = scratch("inplace");
+    let bad = dir.join("incident.yaml");
+    let good = dir.join("promoted.yaml");
+    std::fs::copy(path("examples/manifests/incident-servingruntime.yaml"), &bad).unwrap();
+    std::fs::copy(path("examples/manifests/promoted-servingruntime.yaml"), &good).unwrap();
+    let before = std::fs::metadata(&good).unwrap().modified().unwrap();
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &example_allowlist(),
+            "--fix",
+            "--in-place",
+            "-f",
+            &dir.display().to_string(),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.is_empty());
+    let fixed = std::fs::read_to_string(&bad).unwrap();
+    assert!(fixed.contains(&format!("{OVMS}@{PROMOTED}")) && fixed.contains("# never promoted"));
+    assert_eq!(std::fs::metadata(&good).unwrap().modified().unwrap(), before);
+    assert_eq!(
+        check(&example_allowlist(), &dir.display().to_string(), &[]).code,
+        0
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn several_inputs_fix_into_one_stream() {
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &example_allowlist(),
+            "--fix",
+            "-f",
+            &path("examples/manifests/incident-servingruntime.yaml"),
+            "-f",
+            &path("examples/manifests/promoted-servingruntime.yaml"),
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("# Source: "));
+    let docs = digest_gate::yaml::parse_stream(&run.stdout).unwrap();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(
+        docs[0].value["spec"]["containers"][0]["image"],
+        format!("{OVMS}@{PROMOTED}")
+    );
+}
+
+#[test]
+fn convert_produces_a_native_allowlist_that_decides_the_same() {
+    let sources = [
+        path("tests/data/allowlists/rhods-operator.csv.yaml"),
+        path("tests/data/allowlists/imageset.yaml"),
+        path("tests/data/allowlists/promoted.txt"),
+    ];
+    let mut args = vec!["allowlist", "convert", "--name", "merged"];
+    args.extend(sources.iter().map(String::as_str));
+    let run = digest_gate(&args, None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("kind: Allowlist") && run.stdout.contains("name: merged"));
+    assert!(
+        run.stderr.contains("is not pinned by digest") && run.stderr.contains("skipped"),
+        "{}",
+        run.stderr
+    );
+    let dir = scratch("convert");
+    let native = dir.join("native.yaml");
+    std::fs::write(&native, &run.stdout).unwrap();
+    let native = native.display().to_string();
+    for name in ["01_", "05_", "06_", "12_"] {
+        let mut merged = vec![
+            "check".to_owned(),
+            "-o".into(),
+            "json".into(),
+            "-f".into(),
+            fixture(name),
+        ];
+        for s in &sources {
+            merged.push("--allowlist".into());
+            merged.push(s.clone());
+        }
+        let merged: Vec<&str> = merged.iter().map(String::as_str).collect();
+        let a = digest_gate(&merged, None);
+        let b = check(&native, &fixture(name), &["-o", "json"]);
+        assert_eq!(a.code, b.code, "{name}");
+        assert_eq!(a.json()["results"], b.json()["results"], "{name}");
+    }
+    let lint = digest_gate(&["allowlist", "lint", &native], None);
+    assert_eq!(lint.code, 0);
+    assert!(
+        lint.stdout
+            .contains("native.yaml: Allowlist, 5 promoted image(s)"),
+        "{}",
+        lint.stdout
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,131 @@
+//! The library path on real manifests: ModelMesh's rendered Deployments and
+//! the upstream runtimes, reviewed, patched, and reviewed again.
+
+use std::path::PathBuf;
+
+use digest_gate::allowlist::{self, Allowlist};
+use digest_gate::objects;
+use digest_gate::policy::{Policy, Verdict};
+use digest_gate::review::{self, REWRITTEN_ANNOTATION};
+use digest_gate::yaml;
+use serde_json::Value;
+
+const PROMOTED: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example_allowlist() -> Allowlist {
+    allowlist::load_paths(&[root().join("examples/allowlist.yaml")])
+        .unwrap()
+        .allowlist
+}
+
+/// The Deployment YAML snapshots of a goldga TOML file (`'''` strings).
+fn golden_deployments(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(root().join("tests/fixtures/upstream/rendered").join(file)).unwrap();
+    text.split("'''")
+        .skip(1)
+        .step_by(2)
+        .filter_map(|block| {
+            let docs = yaml::parse_stream(block).ok()?;
+            docs.into_iter()
+                .map(|d| d.value)
+                .find(|v| v["kind"] == "Deployment")
+        })
+        .collect()
+}
+
+#[test]
+fn modelmesh_rendered_deployments_expose_every_container() {
+    for file in [
+        "kserve_modelmesh-serving_servingruntime_controller.golden.toml",
+        "opendatahub-io_modelmesh-serving_servingruntime_controller.golden.toml",
+    ] {
+        let deployments = golden_deployments(file);
+        assert!(deployments.len() >= 5, "{file}: {}", deployments.len());
+        let mut adapters = 0;
+        for d in &deployments {
+            let walk = objects::walk(d);
+            assert!(walk.known);
+            let containers = d["spec"]["template"]["spec"]["containers"].as_array().unwrap();
+            let names: Vec<&str> = walk.sites.iter().filter_map(|s| s.name.as_deref()).collect();
+            let expected: Vec<&str> = containers.iter().filter_map(|c| c["name"].as_str()).collect();
+            assert_eq!(names, expected, "{file}");
+            assert!(names.contains(&"mm"), "{names:?}");
+            adapters += names.iter().filter(|n| n.ends_with("-adapter")).count();
+            for (i, site) in walk.sites.iter().enumerate() {
+                assert_eq!(site.pointer, format!("/spec/template/spec/containers/{i}/image"));
+                assert_eq!(site.image.as_deref().ok(), containers[i]["image"].as_str());
+            }
+            // The test configuration's images are all short names ("image:tag",
+            // "mlserver-1:replace"): denied with a reason, never rewritten.
+            let r = review::review(d, None, &Policy::default(), &example_allowlist());
+            assert_eq!(r.verdict, Verdict::Deny);
+            assert!(
+                r.images
+                    .iter()
+                    .all(|i| i.message().contains("has no registry domain")
+                        || i.message().contains("not in the promoted-digest allowlist"))
+            );
+        }
+        assert!(adapters > 0, "{file}: no runtime adapter containers seen");
+    }
+}
+
+/// Every upstream runtime with its images replaced by an unpromoted digest of
+/// a promoted repository: each must rewrite, and the patched object must
+/// review clean.
+#[test]
+fn upstream_runtimes_rewrite_and_settle() {
+    let list = example_allowlist();
+    let unpromoted = format!(
+        "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8:v1.21.0-15@sha256:{}",
+        "7".repeat(64)
+    );
+    let dir = root().join("tests/fixtures/upstream/servingruntimes");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut rewritten = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for doc in yaml::parse_stream(&text).unwrap() {
+            let mut object = doc.value;
+            let walk = objects::walk(&object);
+            if !walk.known {
+                continue;
+            }
+            for site in walk.sites.iter().filter(|s| s.embedded.is_none()) {
+                *object.pointer_mut(&site.pointer).unwrap() = Value::String(unpromoted.clone());
+            }
+            let r = review::review(&object, None, &Policy::default(), &list);
+            let name = file.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with("02_") {
+                // Its embedded runtime holds a placeholder, not a digest.
+                assert_eq!(r.verdict, Verdict::Deny, "{name}");
+                continue;
+            }
+            assert_eq!(r.verdict, Verdict::Rewrite, "{name}: {:?}", r.images);
+            let ops = r.patch(&object);
+            let mut patched = object.clone();
+            json_patch::patch(&mut patched, &ops).unwrap();
+            let again = review::review(&patched, None, &Policy::default(), &list);
+            assert_eq!(again.verdict, Verdict::Allow, "{name}");
+            assert!(again.patch(&patched).is_empty(), "{name}");
+            let note = patched["metadata"]["annotations"][REWRITTEN_ANNOTATION]
+                .as_str()
+                .unwrap();
+            let note: Value = serde_json::from_str(note).unwrap();
+            assert_eq!(note.as_object().unwrap().len(), r.rewrites().count(), "{name}");
+            for entry in note.as_object().unwrap().values() {
+                assert!(entry["to"].as_str().unwrap().ends_with(PROMOTED), "{name}");
+            }
+            rewritten += 1;
+        }
+    }
+    assert_eq!(rewritten, 11);
+}
