@@ -2,14 +2,17 @@
 //! flag also reads `DIGEST_GATE_<FLAG>` from the environment.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::allowlist::{self, Loaded};
 use crate::check;
 use crate::policy::{Mode, Policy, Unlisted};
+use crate::server;
 
 /// Keeps model-serving workloads on promoted production image digests.
 #[derive(Debug, Parser)]
@@ -22,6 +25,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the admission webhook: POST /mutate and /validate over TLS,
+    /// /healthz, /readyz and /metrics on the admin port.
+    Serve(Box<ServeArgs>),
     /// Check manifests offline, as the webhook would judge them.
     ///
     /// Exit codes: 0 everything complies; 1 something is denied or needs a
@@ -66,12 +72,7 @@ fn parse_kind_mode(s: &str) -> Result<KindMode, String> {
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
     /// Allowlist file or directory (repeat, or comma-separate in the env var).
-    #[arg(
-        long = "allowlist",
-        env = "DIGEST_GATE_ALLOWLIST",
-        value_delimiter = ',',
-        required = true
-    )]
+    #[arg(long = "allowlist", env = "DIGEST_GATE_ALLOWLIST", value_delimiter = ',')]
     pub allowlists: Vec<PathBuf>,
     /// What to do with images that are not promoted.
     #[arg(long, env = "DIGEST_GATE_MODE", value_enum, default_value_t = Mode::Rewrite)]
@@ -133,6 +134,101 @@ pub struct CheckArgs {
     pub in_place: bool,
 }
 
+/// Log line formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Parses `500ms`, `10s`, `2m` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 500ms, 10s, 2m)"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("'{s}' is not a duration (e.g. 500ms, 10s, 2m)"));
+    }
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+/// `digest-gate serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// PEM certificate (chain) for the webhook port; reloaded when it changes.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_TLS_CERT",
+        requires = "tls_key",
+        required_unless_present = "dev"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_TLS_KEY",
+        requires = "tls_cert",
+        required_unless_present = "dev"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Development mode: generate a throwaway CA and localhost certificate, and
+    /// use the bundled example allowlist unless --allowlist is given.
+    #[arg(long, env = "DIGEST_GATE_DEV", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub dev: bool,
+    /// Where --dev writes its CA, certificate and allowlist.
+    #[arg(long, env = "DIGEST_GATE_DEV_DIR", requires = "dev")]
+    pub dev_dir: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, env = "DIGEST_GATE_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+    /// Webhook (TLS) address.
+    #[arg(long, env = "DIGEST_GATE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Admin (plain HTTP) address for /healthz, /readyz and /metrics.
+    #[arg(long, env = "DIGEST_GATE_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+    /// Largest AdmissionReview body accepted (bytes).
+    #[arg(long, env = "DIGEST_GATE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Most webhook connections open at once; more wait in the backlog.
+    #[arg(long, env = "DIGEST_GATE_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Time a client has to send request headers, and a body.
+    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// Time a TLS handshake may take.
+    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+    /// Time in-flight reviews get to finish on SIGTERM.
+    #[arg(long, env = "DIGEST_GATE_GRACE_PERIOD", default_value = "20s", value_parser = parse_duration)]
+    pub grace_period: Duration,
+    /// Time to keep accepting after readiness turns 503 on SIGTERM.
+    #[arg(long, env = "DIGEST_GATE_DRAIN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub drain_delay: Duration,
+    /// How often the allowlist and certificate files are re-read.
+    #[arg(long, env = "DIGEST_GATE_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub reload_interval: Duration,
+    /// Log line format.
+    #[arg(long, env = "DIGEST_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. info or info,digest_gate=debug.
+    #[arg(long, env = "DIGEST_GATE_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
 /// `digest-gate allowlist ...`.
 #[derive(Debug, Subcommand)]
 pub enum AllowlistCommand {
@@ -163,6 +259,7 @@ pub enum AllowlistCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
+        Command::Serve(args) => run_serve(*args),
         Command::Check(args) => run_check(&args),
         Command::Allowlist(AllowlistCommand::Convert { files, name }) => run_convert(&files, &name),
         Command::Allowlist(AllowlistCommand::Lint { files, strict }) => run_lint(&files, strict),
@@ -177,7 +274,149 @@ fn load(paths: &[PathBuf]) -> Result<Loaded, u8> {
     })
 }
 
+fn missing_allowlist() -> ! {
+    Cli::command()
+        .error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "--allowlist is required (a file or directory; repeatable)",
+        )
+        .exit()
+}
+
+fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("--log-level '{filter}': {e}"))?;
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    result.map_err(|e| e.to_string())
+}
+
+/// The bundled example allowlist, for `serve --dev` on a fresh checkout.
+const EXAMPLE_ALLOWLIST: &str = include_str!("../examples/allowlist.yaml");
+
+fn run_serve(args: ServeArgs) -> u8 {
+    if let Err(e) = init_logging(args.log_format, &args.log_level) {
+        eprintln!("error: {e}");
+        return 2;
+    }
+    let mut allowlists = args.policy.allowlists.clone();
+    let (cert, key) = if args.dev {
+        let dir = args
+            .dev_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("digest-gate-dev"));
+        let names = ["localhost", "127.0.0.1", "::1", "digest-gate.default.svc"];
+        let files = match server::tls::generate_dev_certificates(&dir, &names) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        };
+        if allowlists.is_empty() {
+            let path = dir.join("allowlist.yaml");
+            if let Err(e) = std::fs::write(&path, EXAMPLE_ALLOWLIST) {
+                eprintln!("error: {}: {e}", path.display());
+                return 1;
+            }
+            allowlists.push(path);
+        }
+        eprintln!(
+            "development mode: throwaway CA at {ca} (certificate for localhost, 127.0.0.1, ::1)\n  allowlist: {list}\n  try: curl --cacert {ca} -H 'Content-Type: application/json' --data @examples/review.json https://localhost:{port}/mutate",
+            ca = files.ca.display(),
+            list = allowlists
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            port = args.listen.port(),
+        );
+        (files.cert, files.key)
+    } else {
+        match (args.tls_cert.clone(), args.tls_key.clone()) {
+            (Some(c), Some(k)) => (c, k),
+            _ => unreachable!("clap requires both unless --dev"),
+        }
+    };
+    if allowlists.is_empty() {
+        missing_allowlist();
+    }
+    let mut config = server::Config::new(cert, key, allowlists, args.policy.policy());
+    config.listen = args.listen;
+    config.admin_listen = args.admin_listen;
+    config.client_ca = args.client_ca.clone();
+    config.max_body_bytes = args.max_body_bytes;
+    config.max_connections = args.max_connections.max(1);
+    config.request_timeout = args.request_timeout;
+    config.handshake_timeout = args.handshake_timeout;
+    config.grace_period = args.grace_period;
+    config.drain_delay = args.drain_delay;
+    config.reload_interval = args.reload_interval.max(Duration::from_millis(100));
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        let running = match server::start(config).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start");
+                eprintln!("error: {e}");
+                return 1;
+            }
+        };
+        let running = std::sync::Arc::new(running);
+        let signals = running.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received: draining (a second signal exits at once)");
+            signals.drain();
+            wait_for_signal().await;
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(1);
+        });
+        running.wait().await;
+        tracing::info!("stopped");
+        0
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 fn run_check(args: &CheckArgs) -> u8 {
+    if args.policy.allowlists.is_empty() {
+        missing_allowlist();
+    }
     let loaded = match load(&args.policy.allowlists) {
         Ok(l) => l,
         Err(code) => return code,

@@ -8,11 +8,14 @@
 //! a JSON Patch and messages. [`check`] feeds the same path from manifest
 //! files ([`yaml`] keeps their positions for `--fix`).
 
+pub mod admission;
 pub mod allowlist;
 pub mod check;
 pub mod cli;
+pub mod metrics;
 pub mod objects;
 pub mod policy;
 pub mod reference;
 pub mod review;
+pub mod server;
 pub mod yaml;

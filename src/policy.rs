@@ -308,7 +308,8 @@ fn suggestions(r: &Reference<'_>, allowlist: &Allowlist) -> Vec<String> {
     out
 }
 
-fn short_digest(digest: &str) -> &str {
+/// `sha256:` and the first 12 hex characters.
+pub fn short_digest(digest: &str) -> &str {
     // "sha256:" + 12 hex characters, enough to tell digests apart by eye.
     digest.get(..19).unwrap_or(digest)
 }
@@ -438,6 +439,23 @@ impl Denial {
             Self::NoTagOrDigest { .. } => "no_tag_or_digest",
             Self::DigestNotPromoted { .. } => "digest_not_promoted",
             Self::CannotRewrite { .. } => "cannot_rewrite",
+        }
+    }
+
+    /// A few words on what is wrong, for warnings that must stay short.
+    pub fn short(&self) -> &'static str {
+        match self {
+            Self::Malformed { .. } => "the object is malformed here",
+            Self::Invalid {
+                error: ReferenceError::Placeholder,
+            } => "an unsubstituted placeholder",
+            Self::Invalid { .. } => "not a valid image reference",
+            Self::ShortName { .. } => "no registry domain",
+            Self::Unlisted { .. } => "repository not in the allowlist",
+            Self::UnknownTag { .. } => "tag not promoted",
+            Self::NoTagOrDigest { .. } => "no tag or digest",
+            Self::DigestNotPromoted { .. } => "digest not promoted",
+            Self::CannotRewrite { .. } => "cannot be rewritten in place",
         }
     }
 

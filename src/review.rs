@@ -204,6 +204,12 @@ impl Review {
     /// The JSON Patch that applies every rewrite to `object` and records it in
     /// the annotation; empty when nothing is rewritten.
     pub fn patch(&self, object: &Value) -> Vec<PatchOperation> {
+        self.patch_with(object, true)
+    }
+
+    /// [`Review::patch`], optionally without the annotation: a subresource
+    /// update (`pods/ephemeralcontainers`) cannot change metadata.
+    pub fn patch_with(&self, object: &Value, annotate: bool) -> Vec<PatchOperation> {
         let mut ops = Vec::new();
         let mut record = Map::new();
         for image in self.rewrites() {
@@ -225,10 +231,9 @@ impl Review {
                 value: Value::String(e.rewritten.clone()),
             }));
         }
-        if ops.is_empty() {
-            return ops;
+        if !ops.is_empty() && annotate {
+            ops.push(annotation_op(object, record));
         }
-        ops.push(annotation_op(object, record));
         ops
     }
 }

@@ -99,6 +99,19 @@ pub struct Loaded {
 /// Loads and merges every file named, reading directories one level deep and
 /// skipping hidden entries (a mounted ConfigMap's `..data` and friends).
 pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
+    load_sources(&read_sources(paths)?)
+}
+
+/// One allowlist file's name and text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Source {
+    pub name: String,
+    pub text: String,
+}
+
+/// Reads the files [`load_paths`] would load, without parsing them: a reload
+/// compares these before deciding anything changed.
+pub fn read_sources<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<Source>, LoadErrors> {
     let mut errors = Vec::new();
     let mut files = Vec::new();
     for path in paths {
@@ -107,22 +120,34 @@ pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
             Err(e) => errors.push(e),
         }
     }
-    let mut loader = Loader::default();
+    let mut sources = Vec::new();
     for file in files {
         let name = file.display().to_string();
         match std::fs::read(&file) {
             Err(e) => errors.push(file_error(&name, format!("cannot read: {e}"))),
             Ok(bytes) => match String::from_utf8(bytes) {
                 Err(_) => errors.push(file_error(&name, "is not UTF-8 text")),
-                Ok(text) => loader.source(&name, &text),
+                Ok(text) => sources.push(Source { name, text }),
             },
         }
     }
-    errors.append(&mut loader.errors);
     if errors.is_empty() {
-        Ok(loader.finish())
+        Ok(sources)
     } else {
         Err(LoadErrors(errors))
+    }
+}
+
+/// Parses and merges sources already read.
+pub fn load_sources(sources: &[Source]) -> Result<Loaded, LoadErrors> {
+    let mut loader = Loader::default();
+    for s in sources {
+        loader.source(&s.name, &s.text);
+    }
+    if loader.errors.is_empty() {
+        Ok(loader.finish())
+    } else {
+        Err(LoadErrors(loader.errors))
     }
 }
 

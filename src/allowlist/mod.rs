@@ -15,7 +15,10 @@ use std::fmt;
 
 pub use emit::to_native_yaml;
 pub use exempt::{Exemption, Pattern, PatternError};
-pub use load::{Format, LoadError, LoadErrors, Loaded, SourceSummary, load_paths, load_text};
+pub use load::{
+    Format, LoadError, LoadErrors, Loaded, Source, SourceSummary, load_paths, load_sources, load_text,
+    read_sources,
+};
 
 /// Where an entry came from, for conflict messages.
 #[derive(Debug, Clone, PartialEq, Eq)]

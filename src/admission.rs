@@ -1,0 +1,793 @@
+//! The AdmissionReview contract (`admission.k8s.io/v1`): decode a review,
+//! judge its object, encode the answer. No HTTP here.
+//!
+//! The wire types are our own, not kube-core's: kube-core 5 serialises
+//! `response.patch` as an array of numbers where the apiserver expects a
+//! base64 string (kube-rs#1781), and its request type parses `metadata` into a
+//! typed `ObjectMeta` through `#[serde(flatten)]`, which costs a second pass
+//! over every object and turns malformed metadata into an undecodable review
+//! instead of a denial the developer can read. The fields below are the
+//! contract's; tests check every one the apiserver reads.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::allowlist::Allowlist;
+use crate::policy::{Finding, Mode, Policy, Trigger, Verdict, short_digest};
+use crate::review::{self, ImageReview, Review};
+
+/// The only AdmissionReview version digest-gate speaks.
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+/// Kubernetes truncates longer warnings.
+pub const MAX_WARNING_LEN: usize = 120;
+/// Warnings beyond this many are summarised in one.
+const MAX_WARNINGS: usize = 16;
+/// Denied images listed in one message before "and N more".
+const MAX_DENIALS_LISTED: usize = 8;
+
+/// Which webhook is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// Rewrites what it can, denies the rest.
+    Mutate,
+    /// The final check after every mutating webhook: never patches.
+    Validate,
+}
+
+impl Endpoint {
+    /// The endpoint's name, as paths and metrics use it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutate => "mutate",
+            Self::Validate => "validate",
+        }
+    }
+}
+
+/// A body that is not a usable AdmissionReview: answered with HTTP 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadReview {
+    #[error("the body is not an AdmissionReview: {0}")]
+    Decode(String),
+    #[error(
+        "apiVersion '{0}' is not supported; digest-gate speaks {API_VERSION} (set admissionReviewVersions: [v1])"
+    )]
+    ApiVersion(String),
+    #[error("kind '{0}' is not AdmissionReview")]
+    Kind(String),
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+    #[error("request.uid is empty")]
+    NoUid,
+}
+
+impl BadReview {
+    /// A stable label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Decode(_) => "undecodable",
+            Self::ApiVersion(_) | Self::Kind(_) => "wrong_version",
+            Self::NoRequest | Self::NoUid => "no_request",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    api_version: Option<String>,
+    kind: Option<String>,
+    request: Option<RequestIn>,
+}
+
+#[derive(Deserialize)]
+struct GroupVersionKind {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn {
+    uid: String,
+    kind: GroupVersionKind,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: String,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: BTreeMap<&'static str, String>,
+}
+
+/// `metav1.Status` as the apiserver reads it from a denial.
+#[derive(Serialize)]
+struct StatusOut {
+    status: &'static str,
+    code: u16,
+    reason: &'static str,
+    message: String,
+}
+
+/// The answer to one review, with what logs and metrics need.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The encoded AdmissionReview.
+    pub body: Vec<u8>,
+    pub allowed: bool,
+    /// `allow`, `rewrite`, `deny`, or `skipped` for kinds without images.
+    pub verdict: &'static str,
+    pub uid: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub operation: String,
+    pub dry_run: bool,
+    /// (verdict, reason) of each judged image.
+    pub images: Vec<(&'static str, &'static str)>,
+    /// The denial message, when denied.
+    pub message: Option<String>,
+}
+
+/// Decodes a review, judges it, and encodes the answer.
+pub fn answer(
+    endpoint: Endpoint,
+    body: &[u8],
+    policy: &Policy,
+    allowlist: &Allowlist,
+) -> Result<Answer, BadReview> {
+    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| explain_decode_error(body, e))?;
+    match review.api_version.as_deref() {
+        Some(API_VERSION) => {}
+        other => return Err(BadReview::ApiVersion(other.unwrap_or("").to_owned())),
+    }
+    match review.kind.as_deref() {
+        Some("AdmissionReview") => {}
+        other => return Err(BadReview::Kind(other.unwrap_or("").to_owned())),
+    }
+    let request = review.request.ok_or(BadReview::NoRequest)?;
+    if request.uid.is_empty() {
+        return Err(BadReview::NoUid);
+    }
+    Ok(judge(endpoint, &request, policy, allowlist))
+}
+
+/// A review that does not decode may simply be another version (v1beta1
+/// requests differ in shape); say so rather than name a missing field.
+fn explain_decode_error(body: &[u8], error: serde_json::Error) -> BadReview {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        api_version: Option<String>,
+        kind: Option<String>,
+    }
+    match serde_json::from_slice::<Head>(body) {
+        Ok(Head {
+            api_version: Some(v), ..
+        }) if v != API_VERSION => BadReview::ApiVersion(v),
+        Ok(Head { kind: Some(k), .. }) if k != "AdmissionReview" => BadReview::Kind(k),
+        _ => BadReview::Decode(error.to_string()),
+    }
+}
+
+/// What to send back, before encoding.
+struct Response {
+    allowed: bool,
+    verdict: &'static str,
+    status: Option<StatusOut>,
+    patch: Option<String>,
+    warnings: Vec<String>,
+    audit: BTreeMap<&'static str, String>,
+    images: Vec<(&'static str, &'static str)>,
+}
+
+impl Response {
+    fn allow(verdict: &'static str) -> Self {
+        Self {
+            allowed: true,
+            verdict,
+            status: None,
+            patch: None,
+            warnings: Vec::new(),
+            audit: BTreeMap::new(),
+            images: Vec::new(),
+        }
+    }
+
+    fn refuse(code: u16, reason: &'static str, message: String) -> Self {
+        Self {
+            allowed: false,
+            verdict: "deny",
+            status: Some(StatusOut {
+                status: "Failure",
+                code,
+                reason,
+                message,
+            }),
+            ..Self::allow("deny")
+        }
+    }
+}
+
+fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &Allowlist) -> Answer {
+    let object = request.object.as_ref();
+    let response = match request.operation.as_str() {
+        "CREATE" | "UPDATE" => match object {
+            Some(Value::Object(o))
+                if o.get("metadata")
+                    .and_then(|m| m.get("deletionTimestamp"))
+                    .is_some_and(|t| !t.is_null()) =>
+            {
+                // Finalizing an object must never be blocked by a revoked digest.
+                Response::allow("allow")
+            }
+            Some(obj @ Value::Object(_)) => {
+                let old = (request.operation == "UPDATE")
+                    .then_some(request.old_object.as_ref())
+                    .flatten();
+                let r = review::review_as(
+                    &request.kind.group,
+                    &request.kind.kind,
+                    obj,
+                    old,
+                    policy,
+                    allowlist,
+                );
+                respond(endpoint, request, obj, &r, policy)
+            }
+            Some(other) => Response::refuse(
+                400,
+                "BadRequest",
+                format!("request.object must be a JSON object, found {}", type_name(other)),
+            ),
+            None => Response::refuse(
+                400,
+                "BadRequest",
+                format!("a {} review must carry request.object", request.operation),
+            ),
+        },
+        "DELETE" | "CONNECT" => Response::allow("allow"),
+        other => Response::refuse(
+            400,
+            "BadRequest",
+            format!("operation '{other}' is not one digest-gate knows (CREATE, UPDATE, DELETE, CONNECT)"),
+        ),
+    };
+    encode(request, response)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, policy: &Policy) -> Response {
+    if !r.known {
+        return Response::allow("skipped");
+    }
+    let mode = policy.mode_for(&r.kind);
+    let images = r
+        .images
+        .iter()
+        .map(|i| (image_verdict(i), image_reason(i)))
+        .collect();
+    let mut out = match (endpoint, r.verdict) {
+        (_, Verdict::Allow) if mode == Mode::Audit => audit(r),
+        (_, Verdict::Allow) => Response::allow("allow"),
+        (Endpoint::Mutate, Verdict::Rewrite) => {
+            let ops = r.patch_with(object, request.sub_resource.is_none());
+            let patch = serde_json::to_vec(&ops).expect("patches serialise");
+            let mut out = Response::allow("rewrite");
+            out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
+            out.warnings = limit_warnings(r.rewrites().map(rewrite_warning).collect());
+            out.audit.insert("rewritten-images", rewritten_record(r));
+            out
+        }
+        (Endpoint::Validate, Verdict::Rewrite) => {
+            // Still rewritable at validation: the mutating webhook did not run
+            // on this object (or something changed the image after it).
+            let messages = r.rewrites().map(|i| {
+                format!(
+                    "{} (it should have been rewritten before validation: is digest-gate's mutating webhook registered for this object?)",
+                    i.message()
+                )
+            });
+            Response::refuse(403, "Forbidden", denial_message(messages.collect()))
+        }
+        (_, Verdict::Deny) => Response::refuse(
+            403,
+            "Forbidden",
+            denial_message(r.denials().map(ImageReview::message).collect()),
+        ),
+    };
+    out.images = images;
+    out
+}
+
+fn image_verdict(i: &ImageReview) -> &'static str {
+    if i.decision.is_exempt() {
+        "exempt"
+    } else {
+        i.decision.verdict.as_str()
+    }
+}
+
+fn image_reason(i: &ImageReview) -> &'static str {
+    match &i.decision.finding {
+        Finding::Promoted => "promoted",
+        Finding::Exempt { .. } => "exempt",
+        Finding::UnlistedAllowed { .. } => "unlisted_allowed",
+        Finding::Rewrite {
+            trigger: Trigger::TagOnly { .. },
+            ..
+        } => "tag_only",
+        Finding::Rewrite { .. } => "digest_not_promoted",
+        Finding::Deny(d) => d.label(),
+    }
+}
+
+/// Audit mode allows, and says what it would have done.
+fn audit(r: &Review) -> Response {
+    let mut out = Response::allow("allow");
+    let mut would_deny = serde_json::Map::new();
+    let mut would_rewrite = serde_json::Map::new();
+    let mut warnings = Vec::new();
+    for i in &r.images {
+        let what = i.site.describe();
+        match &i.decision.finding {
+            Finding::Rewrite { to, .. } => {
+                warnings.push(fit(&format!(
+                    "digest-gate audit: {what} would be rewritten to {}",
+                    short_target(to)
+                )));
+                would_rewrite.insert(i.site.pointer.clone(), Value::String(to.clone()));
+            }
+            Finding::Deny(d) => {
+                warnings.push(fit(&format!(
+                    "digest-gate audit: {what} would be denied: {}",
+                    d.short()
+                )));
+                would_deny.insert(i.site.pointer.clone(), Value::String(i.message()));
+            }
+            _ => {}
+        }
+    }
+    if !would_rewrite.is_empty() {
+        out.audit
+            .insert("would-rewrite", Value::Object(would_rewrite).to_string());
+    }
+    if !would_deny.is_empty() {
+        out.audit
+            .insert("would-deny", Value::Object(would_deny).to_string());
+    }
+    out.warnings = limit_warnings(warnings);
+    out
+}
+
+fn rewritten_record(r: &Review) -> String {
+    let record: serde_json::Map<String, Value> = r
+        .rewrites()
+        .map(|i| {
+            (
+                i.site.pointer.clone(),
+                serde_json::json!({"from": i.image(), "to": i.decision.rewrite_to()}),
+            )
+        })
+        .collect();
+    Value::Object(record).to_string()
+}
+
+/// `…@sha256:8af20e48bb48`: the digest is what changed.
+fn short_target(to: &str) -> String {
+    match to.rsplit_once('@') {
+        Some((_, digest)) => format!("promoted {}", short_digest(digest)),
+        None => to.to_owned(),
+    }
+}
+
+fn rewrite_warning(i: &ImageReview) -> String {
+    let what = i.site.describe();
+    let to = i.decision.rewrite_to().unwrap_or_default();
+    let target = short_target(to);
+    let text = match &i.decision.finding {
+        Finding::Rewrite {
+            trigger: Trigger::TagOnly { tag },
+            ..
+        } => format!("digest-gate: {what}: tag {tag} pinned to {target}"),
+        Finding::Rewrite {
+            trigger: Trigger::UnpromotedDigest { digest },
+            ..
+        } => format!(
+            "digest-gate: {what}: {} was never promoted; rewritten to {target}",
+            short_digest(digest)
+        ),
+        _ => format!("digest-gate: {what}: rewritten to {target}"),
+    };
+    fit(&text)
+}
+
+/// Keeps a warning within [`MAX_WARNING_LEN`] characters.
+fn fit(text: &str) -> String {
+    if text.chars().count() <= MAX_WARNING_LEN {
+        return text.to_owned();
+    }
+    let mut s: String = text.chars().take(MAX_WARNING_LEN - 1).collect();
+    s.push('…');
+    s
+}
+
+fn limit_warnings(mut warnings: Vec<String>) -> Vec<String> {
+    if warnings.len() > MAX_WARNINGS {
+        let extra = warnings.len() - (MAX_WARNINGS - 1);
+        warnings.truncate(MAX_WARNINGS - 1);
+        warnings.push(format!(
+            "digest-gate: and {extra} more image(s); see the rewritten-images annotation"
+        ));
+    }
+    warnings
+}
+
+fn denial_message(messages: Vec<String>) -> String {
+    let total = messages.len();
+    let mut text = messages
+        .into_iter()
+        .take(MAX_DENIALS_LISTED)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if total > MAX_DENIALS_LISTED {
+        text.push_str(&format!("; and {} more image(s)", total - MAX_DENIALS_LISTED));
+    }
+    text
+}
+
+fn encode(request: &RequestIn, response: Response) -> Answer {
+    let message = response.status.as_ref().map(|s| s.message.clone());
+    let out = ReviewOut {
+        api_version: API_VERSION,
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid: &request.uid,
+            allowed: response.allowed,
+            status: response.status,
+            patch_type: response.patch.as_ref().map(|_| "JSONPatch"),
+            patch: response.patch,
+            warnings: response.warnings,
+            audit_annotations: response.audit,
+        },
+    };
+    let object = request.object.as_ref();
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_owned();
+    Answer {
+        body: serde_json::to_vec(&out).expect("responses serialise"),
+        allowed: response.allowed,
+        verdict: response.verdict,
+        uid: request.uid.clone(),
+        kind: request.kind.kind.clone(),
+        namespace: request
+            .namespace
+            .clone()
+            .unwrap_or_else(|| text(object.and_then(|o| o.pointer("/metadata/namespace")))),
+        name: request.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| {
+            let name = text(object.and_then(|o| o.pointer("/metadata/name")));
+            if name.is_empty() {
+                text(object.and_then(|o| o.pointer("/metadata/generateName")))
+            } else {
+                name
+            }
+        }),
+        operation: request.operation.clone(),
+        dry_run: request.dry_run.unwrap_or(false),
+        images: response.images,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::load_text;
+    use serde_json::json;
+
+    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+    fn allowlist() -> Allowlist {
+        load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
+            .unwrap()
+            .allowlist
+    }
+
+    fn review_of(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
+        let mut request = json!({
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "demo", "operation": operation,
+            "userInfo": {"username": "dev"}, "object": object, "dryRun": false
+        });
+        if let Some(old) = old {
+            request["oldObject"] = old;
+        }
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request}))
+            .unwrap()
+    }
+
+    fn pod(image: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "demo"},
+               "spec": {"containers": [{"name": "ovms", "image": image}]}})
+    }
+
+    fn response(endpoint: Endpoint, body: &[u8], policy: &Policy) -> (Answer, Value) {
+        let a = answer(endpoint, body, policy, &allowlist()).unwrap();
+        let v: Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(v["apiVersion"], API_VERSION);
+        assert_eq!(v["kind"], "AdmissionReview");
+        assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        (a, v)
+    }
+
+    #[test]
+    fn mutate_rewrites_with_a_base64_json_patch() {
+        let object = pod(&format!("{REPO}@{BAD}"));
+        let (a, v) = response(
+            Endpoint::Mutate,
+            &review_of("CREATE", object.clone(), None),
+            &Policy::default(),
+        );
+        assert_eq!(a.verdict, "rewrite");
+        let r = &v["response"];
+        assert_eq!(r["allowed"], true);
+        assert_eq!(r["patchType"], "JSONPatch");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(r["patch"].as_str().unwrap())
+            .unwrap();
+        let ops: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut patched = object;
+        json_patch::patch(&mut patched, &ops).unwrap();
+        assert_eq!(
+            patched["spec"]["containers"][0]["image"],
+            format!("{REPO}@{GOOD}")
+        );
+        let warnings: Vec<&str> = r["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "digest-gate: container \"ovms\": sha256:7ef272bc7be8 was never promoted; rewritten to promoted sha256:8af20e48bb48"
+            ]
+        );
+        assert!(warnings.iter().all(|w| w.chars().count() <= MAX_WARNING_LEN));
+        assert!(
+            r["auditAnnotations"]["rewritten-images"]
+                .as_str()
+                .unwrap()
+                .contains(BAD)
+        );
+        assert!(r.get("status").is_none());
+    }
+
+    #[test]
+    fn validate_never_patches() {
+        let body = review_of("CREATE", pod(&format!("{REPO}@{BAD}")), None);
+        let (a, v) = response(Endpoint::Validate, &body, &Policy::default());
+        assert!(!a.allowed);
+        assert!(v["response"].get("patch").is_none() && v["response"].get("patchType").is_none());
+        assert_eq!(v["response"]["status"]["code"], 403);
+        let msg = v["response"]["status"]["message"].as_str().unwrap();
+        assert!(msg.contains(&format!("use '{REPO}@{GOOD}'")), "{msg}");
+        assert!(msg.contains("mutating webhook"), "{msg}");
+        let body = review_of("CREATE", pod(&format!("{REPO}@{GOOD}")), None);
+        assert!(response(Endpoint::Validate, &body, &Policy::default()).0.allowed);
+    }
+
+    #[test]
+    fn denials_are_403_with_the_fix() {
+        let body = review_of("CREATE", pod("ovms-1:replace"), None);
+        let (a, v) = response(Endpoint::Mutate, &body, &Policy::default());
+        assert!(!a.allowed);
+        let status = &v["response"]["status"];
+        assert_eq!(
+            (status["code"].as_u64(), status["reason"].as_str()),
+            (Some(403), Some("Forbidden"))
+        );
+        assert_eq!(
+            status["message"],
+            "container \"ovms\": image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag (':replace' is a build-time placeholder that was never substituted)"
+        );
+        assert_eq!(a.images, [("deny", "short_name")]);
+    }
+
+    #[test]
+    fn audit_allows_with_warnings_and_audit_annotations() {
+        let policy = Policy {
+            mode: Mode::Audit,
+            ..Policy::default()
+        };
+        let object = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [
+            {"name": "a", "image": format!("{REPO}@{BAD}")}, {"name": "b", "image": "nginx"}]}});
+        let (a, v) = response(Endpoint::Mutate, &review_of("CREATE", object, None), &policy);
+        assert!(a.allowed);
+        let r = &v["response"];
+        assert!(r.get("patch").is_none());
+        assert_eq!(
+            r["warnings"][0],
+            "digest-gate audit: container \"a\" would be rewritten to promoted sha256:8af20e48bb48"
+        );
+        assert_eq!(
+            r["warnings"][1],
+            "digest-gate audit: container \"b\" would be denied: no registry domain"
+        );
+        assert!(
+            r["auditAnnotations"]["would-deny"]
+                .as_str()
+                .unwrap()
+                .contains("/spec/containers/1/image")
+        );
+        assert!(
+            r["auditAnnotations"]["would-rewrite"]
+                .as_str()
+                .unwrap()
+                .contains(GOOD)
+        );
+    }
+
+    #[test]
+    fn operations() {
+        let revoked = pod(&format!("{REPO}@{BAD}"));
+        for op in ["DELETE", "CONNECT"] {
+            let (a, _) = response(
+                Endpoint::Mutate,
+                &review_of(op, revoked.clone(), None),
+                &Policy::default(),
+            );
+            assert!(a.allowed, "{op}");
+        }
+        // UPDATE judges only what changed.
+        let mut relabelled = revoked.clone();
+        relabelled["metadata"]["labels"] = json!({"x": "y"});
+        let body = review_of("UPDATE", relabelled, Some(revoked.clone()));
+        assert!(response(Endpoint::Validate, &body, &Policy::default()).0.allowed);
+        let body = review_of("UPDATE", pod("nginx"), Some(revoked.clone()));
+        assert!(!response(Endpoint::Validate, &body, &Policy::default()).0.allowed);
+        // Objects being deleted are never blocked.
+        let mut finalizing = pod("nginx");
+        finalizing["metadata"]["deletionTimestamp"] = json!("2026-12-02T10:00:00Z");
+        assert!(
+            response(
+                Endpoint::Mutate,
+                &review_of("UPDATE", finalizing, None),
+                &Policy::default()
+            )
+            .0
+            .allowed
+        );
+        let (a, v) = response(
+            Endpoint::Mutate,
+            &review_of("PATCH", revoked, None),
+            &Policy::default(),
+        );
+        assert!(!a.allowed);
+        assert_eq!(v["response"]["status"]["code"], 400);
+    }
+
+    #[test]
+    fn ephemeral_container_updates_patch_without_metadata() {
+        let old = pod(&format!("{REPO}@{GOOD}"));
+        let mut new = old.clone();
+        new["spec"]["ephemeralContainers"] =
+            json!([{"name": "debug", "image": format!("{REPO}:v1.21.0-15")}]);
+        let mut review: Value = serde_json::from_slice(&review_of("UPDATE", new.clone(), Some(old))).unwrap();
+        review["request"]["subResource"] = json!("ephemeralcontainers");
+        let (a, v) = response(
+            Endpoint::Mutate,
+            &serde_json::to_vec(&review).unwrap(),
+            &Policy::default(),
+        );
+        assert_eq!(a.verdict, "rewrite");
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(v["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        let ops: Vec<Value> = serde_json::from_slice(&patch).unwrap();
+        assert_eq!(
+            ops,
+            [
+                json!({"op": "replace", "path": "/spec/ephemeralContainers/0/image", "value": format!("{REPO}:v1.21.0-15@{GOOD}")})
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_are_allowed_and_marked_skipped() {
+        let mut review: Value =
+            serde_json::from_slice(&review_of("CREATE", json!({"kind": "Service"}), None)).unwrap();
+        review["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Service"});
+        let (a, _) = response(
+            Endpoint::Mutate,
+            &serde_json::to_vec(&review).unwrap(),
+            &Policy::default(),
+        );
+        assert!(a.allowed);
+        assert_eq!(a.verdict, "skipped");
+    }
+
+    #[test]
+    fn unusable_reviews_are_errors() {
+        let p = Policy::default();
+        let list = allowlist();
+        let bad = |body: &[u8]| answer(Endpoint::Mutate, body, &p, &list).unwrap_err();
+        assert!(matches!(bad(b"{"), BadReview::Decode(_)));
+        assert!(matches!(bad(b"[]"), BadReview::Decode(_)));
+        assert_eq!(
+            bad(br#"{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}"#),
+            BadReview::ApiVersion("admission.k8s.io/v1beta1".into())
+        );
+        assert_eq!(
+            bad(br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#),
+            BadReview::NoRequest
+        );
+        let no_uid = br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "", "kind": {"kind": "Pod"}, "operation": "CREATE"}}"#;
+        assert_eq!(bad(no_uid), BadReview::NoUid);
+        let wrong_type = br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7, "kind": {"kind": "Pod"}, "operation": "CREATE"}}"#;
+        assert!(matches!(bad(wrong_type), BadReview::Decode(m) if m.contains("invalid type")));
+    }
+
+    #[test]
+    fn long_names_keep_warnings_short() {
+        let long = "c".repeat(63);
+        let object = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": long, "image": format!("{REPO}:v1.21.0-15")}]}});
+        let (_, v) = response(
+            Endpoint::Mutate,
+            &review_of("CREATE", object, None),
+            &Policy::default(),
+        );
+        let w = v["response"]["warnings"][0].as_str().unwrap();
+        assert!(w.chars().count() <= MAX_WARNING_LEN, "{w}");
+    }
+}

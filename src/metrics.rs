@@ -1,0 +1,297 @@
+//! Prometheus metrics, all named `digest_gate_*`.
+//!
+//! Label values come from closed sets: a forged review can name any kind or
+//! operation, and an unbounded label would let it grow our memory.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Labels of a judged admission request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub endpoint: &'static str,
+    pub kind: &'static str,
+    pub operation: &'static str,
+    /// `allow`, `rewrite`, `deny`, or `skipped` for kinds without images.
+    pub verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ImageLabels {
+    verdict: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    source: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// The kinds digest-gate reads, for labels; anything else is `other`.
+const KINDS: &[&str] = &[
+    "Pod",
+    "ServingRuntime",
+    "ClusterServingRuntime",
+    "InferenceService",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "CronJob",
+    "ReplicationController",
+    "PodTemplate",
+    "ConfigMap",
+    "Template",
+];
+
+/// A closed-set label for a kind.
+pub fn kind_label(kind: &str) -> &'static str {
+    KINDS.iter().find(|k| **k == kind).copied().unwrap_or("other")
+}
+
+/// A closed-set label for an operation.
+pub fn operation_label(operation: &str) -> &'static str {
+    match operation {
+        "CREATE" => "CREATE",
+        "UPDATE" => "UPDATE",
+        "DELETE" => "DELETE",
+        "CONNECT" => "CONNECT",
+        _ => "other",
+    }
+}
+
+/// Every metric the server exports.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<EndpointLabels, Histogram>,
+    images: Family<ImageLabels, Counter>,
+    bad_requests: Family<ReasonLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+    last_reload: Family<SourceLabels, Gauge<f64, AtomicU64>>,
+    allowlist_repositories: Gauge,
+    allowlist_digests: Gauge,
+    tls_handshake_failures: Counter,
+    open_connections: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Registers every metric under the `digest_gate` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("digest_gate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission reviews answered, by endpoint, kind, operation and verdict",
+            requests.clone(),
+        );
+        let duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+            // 25 µs .. ~0.4 s: the decision itself is microseconds; the
+            // apiserver gives up at the webhook timeout (5 s by default).
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                25e-6, 2.5, 12,
+            ))
+        });
+        registry.register(
+            "admission_duration_seconds",
+            "Time from a review's body being read to its answer being encoded",
+            duration.clone(),
+        );
+        let images = Family::<ImageLabels, Counter>::default();
+        registry.register("images", "Images judged, by verdict and reason", images.clone());
+        let bad_requests = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "bad_requests",
+            "Requests refused before review (wrong method, content type, size, undecodable)",
+            bad_requests.clone(),
+        );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "reloads",
+            "Reloads of the allowlist and the TLS certificate, by result",
+            reloads.clone(),
+        );
+        let last_reload = Family::<SourceLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "last_successful_reload_timestamp_seconds",
+            "Unix time of the last successful load, by source",
+            last_reload.clone(),
+        );
+        let allowlist_repositories = Gauge::default();
+        registry.register(
+            "allowlist_repositories",
+            "Repositories in the allowlist in force",
+            allowlist_repositories.clone(),
+        );
+        let allowlist_digests = Gauge::default();
+        registry.register(
+            "allowlist_digests",
+            "Promoted (repository, digest) pairs in the allowlist in force",
+            allowlist_digests.clone(),
+        );
+        let tls_handshake_failures = Counter::default();
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed or timed out (plain HTTP on the TLS port counts here)",
+            tls_handshake_failures.clone(),
+        );
+        let open_connections = Gauge::default();
+        registry.register(
+            "open_connections",
+            "Webhook connections currently open",
+            open_connections.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            duration,
+            images,
+            bad_requests,
+            reloads,
+            last_reload,
+            allowlist_repositories,
+            allowlist_digests,
+            tls_handshake_failures,
+            open_connections,
+        }
+    }
+
+    /// Counts an answered review.
+    pub fn request(&self, labels: RequestLabels, seconds: f64) {
+        self.requests.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&EndpointLabels {
+                endpoint: labels.endpoint,
+            })
+            .observe(seconds);
+    }
+
+    /// Counts a judged image.
+    pub fn image(&self, verdict: &'static str, reason: &'static str) {
+        self.images.get_or_create(&ImageLabels { verdict, reason }).inc();
+    }
+
+    /// Counts a refused request.
+    pub fn bad_request(&self, reason: &'static str) {
+        self.bad_requests.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// Records a reload attempt of `source` (`allowlist` or `certificate`).
+    pub fn reload(&self, source: &'static str, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads.get_or_create(&ReloadLabels { source, result }).inc();
+        if ok {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.last_reload.get_or_create(&SourceLabels { source }).set(now);
+        }
+    }
+
+    /// Records the size of the allowlist now in force.
+    pub fn allowlist_size(&self, repositories: usize, digests: usize) {
+        self.allowlist_repositories
+            .set(i64::try_from(repositories).unwrap_or(i64::MAX));
+        self.allowlist_digests
+            .set(i64::try_from(digests).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a failed TLS handshake.
+    pub fn tls_handshake_failed(&self) {
+        self.tls_handshake_failures.inc();
+    }
+
+    /// Tracks open connections.
+    pub fn connection_opened(&self) {
+        self.open_connections.inc();
+    }
+
+    /// Tracks open connections.
+    pub fn connection_closed(&self) {
+        self.open_connections.dec();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_the_prefix_and_counters_their_suffix() {
+        let m = Metrics::new();
+        m.request(
+            RequestLabels {
+                endpoint: "mutate",
+                kind: kind_label("Pod"),
+                operation: operation_label("CREATE"),
+                verdict: "rewrite",
+            },
+            0.0001,
+        );
+        m.reload("allowlist", true);
+        m.image("deny", "short_name");
+        let text = m.encode();
+        assert!(text.contains(
+            "digest_gate_admission_requests_total{endpoint=\"mutate\",kind=\"Pod\",operation=\"CREATE\",verdict=\"rewrite\"} 1"
+        ), "{text}");
+        assert!(
+            text.contains("digest_gate_admission_duration_seconds_bucket"),
+            "{text}"
+        );
+        assert!(
+            text.contains("digest_gate_reloads_total{source=\"allowlist\",result=\"success\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("digest_gate_images_total{verdict=\"deny\",reason=\"short_name\"} 1"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn labels_stay_in_closed_sets() {
+        assert_eq!(kind_label("ServingRuntime"), "ServingRuntime");
+        assert_eq!(kind_label("x".repeat(1000).as_str()), "other");
+        assert_eq!(operation_label("PATCH"), "other");
+    }
+}

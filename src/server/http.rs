@@ -1,0 +1,283 @@
+//! The HTTP surface: the webhook routes (`POST /mutate`, `POST /validate`) and
+//! the admin routes (`/healthz`, `/readyz`, `/metrics`), each built from the
+//! shared [`State`] so tests can drive them in-process.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State as Extract};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::admission::{self, Endpoint};
+use crate::allowlist::Allowlist;
+use crate::metrics::{self, Metrics, RequestLabels};
+use crate::policy::Policy;
+
+/// Whether the server may receive traffic.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    certificate: AtomicBool,
+    allowlist: AtomicBool,
+    draining: AtomicBool,
+}
+
+impl Readiness {
+    /// Marks the certificate as loaded.
+    pub fn certificate_loaded(&self) {
+        self.certificate.store(true, Ordering::Release);
+    }
+
+    /// Marks the allowlist as loaded.
+    pub fn allowlist_loaded(&self) {
+        self.allowlist.store(true, Ordering::Release);
+    }
+
+    /// Starts draining: readiness fails from now on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether the server is draining.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.draining.load(Ordering::Acquire) {
+            Err("shutting down")
+        } else if !self.certificate.load(Ordering::Acquire) {
+            Err("no TLS certificate loaded")
+        } else if !self.allowlist.load(Ordering::Acquire) {
+            Err("no allowlist loaded")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct State {
+    /// The allowlist in force; reloads swap it whole.
+    pub allowlist: ArcSwap<Allowlist>,
+    pub policy: Policy,
+    pub metrics: Metrics,
+    pub ready: Readiness,
+    /// Largest review body accepted.
+    pub max_body_bytes: usize,
+    /// Longest a client may take to send a body.
+    pub request_timeout: Duration,
+}
+
+impl State {
+    /// State around an allowlist, with default limits.
+    pub fn new(allowlist: Allowlist, policy: Policy) -> Self {
+        let metrics = Metrics::new();
+        metrics.allowlist_size(allowlist.repository_count(), allowlist.digest_count());
+        Self {
+            allowlist: ArcSwap::from_pointee(allowlist),
+            policy,
+            metrics,
+            ready: Readiness::default(),
+            max_body_bytes: 8 * 1024 * 1024,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Puts a new allowlist in force.
+    pub fn swap_allowlist(&self, allowlist: Allowlist) {
+        self.metrics
+            .allowlist_size(allowlist.repository_count(), allowlist.digest_count());
+        self.allowlist.store(Arc::new(allowlist));
+        self.ready.allowlist_loaded();
+    }
+}
+
+/// The webhook routes.
+pub fn webhook_router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/validate", post(validate))
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// The admin routes (plain HTTP, separate port).
+pub fn admin_router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(state)
+}
+
+/// A JSON error body, so clients never have to parse text.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({"code": status.as_u16(), "error": message.into()});
+    (
+        status,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn method_not_allowed(Extract(state): Extract<Arc<State>>) -> Response {
+    state.metrics.bad_request("method");
+    let mut r = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "use POST with an AdmissionReview body",
+    );
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    r
+}
+
+async fn not_found(Extract(state): Extract<Arc<State>>) -> Response {
+    state.metrics.bad_request("path");
+    error(
+        StatusCode::NOT_FOUND,
+        "digest-gate serves POST /mutate and POST /validate",
+    )
+}
+
+async fn mutate(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
+    review(Endpoint::Mutate, &state, request).await
+}
+
+async fn validate(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
+    review(Endpoint::Validate, &state, request).await
+}
+
+fn is_json(request: &Request) -> bool {
+    request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+async fn read_body(state: &State, body: Body) -> Result<Bytes, Response> {
+    let limited = Limited::new(body, state.max_body_bytes);
+    match tokio::time::timeout(state.request_timeout, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            state.metrics.bad_request("too_large");
+            Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body exceeds {} bytes", state.max_body_bytes),
+            ))
+        }
+        Ok(Err(e)) => {
+            state.metrics.bad_request("body");
+            Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}"),
+            ))
+        }
+        Err(_) => {
+            state.metrics.bad_request("timeout");
+            Err(error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body was not sent in time",
+            ))
+        }
+    }
+}
+
+async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response {
+    let started = Instant::now();
+    if !is_json(&request) {
+        state.metrics.bad_request("content_type");
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send Content-Type: application/json",
+        );
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
+        state.metrics.bad_request("too_large");
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body exceeds {} bytes", state.max_body_bytes),
+        );
+    }
+    let body = match read_body(state, request.into_body()).await {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let allowlist = state.allowlist.load();
+    let answer = match admission::answer(endpoint, &body, &state.policy, &allowlist) {
+        Ok(a) => a,
+        Err(bad) => {
+            state.metrics.bad_request(bad.label());
+            tracing::info!(endpoint = endpoint.as_str(), error = %bad, "refused a request that is not a usable AdmissionReview");
+            return error(StatusCode::BAD_REQUEST, bad.to_string());
+        }
+    };
+    let elapsed = started.elapsed();
+    state.metrics.request(
+        RequestLabels {
+            endpoint: endpoint.as_str(),
+            kind: metrics::kind_label(&answer.kind),
+            operation: metrics::operation_label(&answer.operation),
+            verdict: answer.verdict,
+        },
+        elapsed.as_secs_f64(),
+    );
+    for (verdict, reason) in &answer.images {
+        state.metrics.image(verdict, reason);
+    }
+    tracing::info!(
+        endpoint = endpoint.as_str(),
+        uid = %answer.uid,
+        namespace = %answer.namespace,
+        kind = %answer.kind,
+        name = %answer.name,
+        operation = %answer.operation,
+        dry_run = answer.dry_run,
+        verdict = answer.verdict,
+        images = answer.images.len(),
+        latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        denial = answer.message.as_deref().unwrap_or(""),
+        "review answered"
+    );
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        answer.body,
+    )
+        .into_response()
+}
+
+async fn readyz(Extract(state): Extract<Arc<State>>) -> Response {
+    match state.ready.check() {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
+    }
+}
+
+async fn metrics_text(Extract(state): Extract<Arc<State>>) -> Response {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}

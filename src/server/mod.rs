@@ -1,0 +1,291 @@
+//! `digest-gate serve`: the webhook on TLS, the admin endpoints on plain HTTP,
+//! hot reloads, and a graceful drain.
+
+pub mod http;
+pub mod reload;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio_rustls::TlsAcceptor;
+
+pub use http::{State, admin_router, webhook_router};
+use reload::{CertFiles, Reloader};
+use tls::CertStore;
+
+use crate::policy::Policy;
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Require client certificates signed by this CA.
+    pub client_ca: Option<PathBuf>,
+    pub allowlists: Vec<PathBuf>,
+    pub policy: Policy,
+    pub max_body_bytes: usize,
+    pub max_connections: usize,
+    /// How long a client may take to send request headers, and a body.
+    pub request_timeout: Duration,
+    /// How long a TLS handshake may take.
+    pub handshake_timeout: Duration,
+    /// How long in-flight reviews may take to finish on shutdown.
+    pub grace_period: Duration,
+    /// How long to keep accepting after readiness turns 503, so endpoints
+    /// can drop this pod before it stops listening.
+    pub drain_delay: Duration,
+    pub reload_interval: Duration,
+}
+
+impl Config {
+    /// Defaults for everything but the inputs.
+    pub fn new(cert: PathBuf, key: PathBuf, allowlists: Vec<PathBuf>, policy: Policy) -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            admin_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            cert,
+            key,
+            client_ca: None,
+            allowlists,
+            policy,
+            max_body_bytes: 8 * 1024 * 1024,
+            max_connections: 1024,
+            request_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            grace_period: Duration::from_secs(20),
+            drain_delay: Duration::ZERO,
+            reload_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("the allowlist cannot be used:\n{0}")]
+    Allowlist(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A started server.
+pub struct Running {
+    /// Where the webhook listens (useful with port 0).
+    pub webhook_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub state: Arc<State>,
+    drain: watch::Sender<bool>,
+    done: watch::Receiver<bool>,
+}
+
+impl Running {
+    /// Starts the drain: readiness fails at once, the listener closes after
+    /// the drain delay, in-flight reviews get the grace period.
+    pub fn drain(&self) {
+        self.state.ready.drain();
+        let _ = self.drain.send(true);
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(&self) {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
+    }
+}
+
+/// Loads certificate and allowlist, binds both ports, and starts serving.
+/// Fails fast on anything unusable: a webhook that starts without its inputs
+/// would only deny everything.
+pub async fn start(config: Config) -> Result<Running, ServerError> {
+    let provider = tls::provider();
+    let key = tls::load_key_pair(&config.cert, &config.key, &provider)?;
+    let store = Arc::new(CertStore::new(key));
+    let tls_config = tls::server_config(store.clone(), config.client_ca.as_deref(), provider.clone())?;
+
+    let (seen, loaded) = reload::load_allowlist(&config.allowlists, &config.policy);
+    let loaded = loaded.map_err(ServerError::Allowlist)?;
+    for w in &loaded.warnings {
+        tracing::warn!(warning = %w, "allowlist entry skipped");
+    }
+    let mut state = State::new(loaded.allowlist, config.policy.clone());
+    state.max_body_bytes = config.max_body_bytes;
+    state.request_timeout = config.request_timeout;
+    let state = Arc::new(state);
+    state.metrics.reload("allowlist", true);
+    state.metrics.reload("certificate", true);
+    state.ready.allowlist_loaded();
+    state.ready.certificate_loaded();
+
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })
+    };
+    let webhook = bind(config.listen).await?;
+    let admin = bind(config.admin_listen).await?;
+    let webhook_addr = webhook.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let admin_addr = admin.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.admin_listen,
+        source,
+    })?;
+    {
+        let a = state.allowlist.load();
+        tracing::info!(
+            webhook = %webhook_addr,
+            admin = %admin_addr,
+            repositories = a.repository_count(),
+            digests = a.digest_count(),
+            mode = %config.policy.mode,
+            "digest-gate serving"
+        );
+    }
+
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let reloader = Reloader::new(
+        state.clone(),
+        config.allowlists.clone(),
+        seen,
+        Some((
+            CertFiles {
+                cert: config.cert.clone(),
+                key: config.key.clone(),
+            },
+            store,
+            provider,
+        )),
+    );
+    tokio::spawn(reloader.run(config.reload_interval, drain_rx.clone()));
+
+    let admin_task = tokio::spawn(serve_admin(admin, admin_router(state.clone()), drain_rx.clone()));
+    let acceptor = TlsAcceptor::from(Arc::new(tls_config));
+    let webhook_state = state.clone();
+    let (done_tx, done) = watch::channel(false);
+    tokio::spawn(async move {
+        serve_webhook(webhook, acceptor, webhook_state, &config, drain_rx).await;
+        admin_task.abort();
+        let _ = done_tx.send(true);
+    });
+    Ok(Running {
+        webhook_addr,
+        admin_addr,
+        state,
+        drain: drain_tx,
+        done,
+    })
+}
+
+async fn serve_admin(listener: TcpListener, router: axum::Router, mut drain: watch::Receiver<bool>) {
+    // The admin port keeps answering during the drain so probes see 503,
+    // and stops with the process.
+    let _ = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = drain.wait_for(|d| *d).await;
+            std::future::pending::<()>().await;
+        })
+        .await;
+}
+
+async fn serve_webhook(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    state: Arc<State>,
+    config: &Config,
+    mut drain: watch::Receiver<bool>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.request_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    let service = TowerToHyperService::new(webhook_router(state.clone()));
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+
+    let stopping = async {
+        let _ = drain.wait_for(|d| *d).await;
+        tokio::time::sleep(config.drain_delay).await;
+    };
+    let mut stopping = std::pin::pin!(stopping);
+    loop {
+        // Backpressure: at the connection limit, stop accepting and let the
+        // kernel's backlog hold new clients.
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            () = &mut stopping => break,
+        };
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stopping => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let watcher = graceful.watcher();
+        let acceptor = acceptor.clone();
+        let builder = builder.clone();
+        let service = service.clone();
+        let state = state.clone();
+        let handshake_timeout = config.handshake_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            state.metrics.connection_opened();
+            match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .into_owned();
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                Ok(Err(e)) => {
+                    state.metrics.tls_handshake_failed();
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                }
+                Err(_) => {
+                    state.metrics.tls_handshake_failed();
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                }
+            }
+            state.metrics.connection_closed();
+        });
+    }
+    drop(listener);
+    tracing::info!(grace_period = ?config.grace_period, "stopped accepting; finishing in-flight reviews");
+    match tokio::time::timeout(config.grace_period, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("all connections closed"),
+        Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
+    }
+}

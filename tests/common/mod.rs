@@ -1,0 +1,297 @@
+//! Helpers shared by the server tests: a test PKI, an apiserver-like TLS
+//! client that verifies the webhook's certificate by name, and AdmissionReview
+//! builders. Everything talks to 127.0.0.1 only.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes_compat::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// axum re-exports the `bytes` crate the body types use.
+pub mod bytes_compat {
+    pub use axum::body::Bytes;
+}
+
+pub const NAMESPACE: &str = "digest-gate-system";
+
+/// The name the apiserver verifies: `<service>.<namespace>.svc`.
+pub fn service_name() -> String {
+    format!("digest-gate.{NAMESPACE}.svc")
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A scratch directory unique to this process and `name`.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("digest-gate-srv-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A CA that can issue server and client certificates.
+pub struct Pki {
+    pub ca_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A certificate and key, as PEM.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Pki {
+    pub fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Self {
+            ca_pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Issued {
+        let mut params =
+            CertificateParams::new(names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// A serving certificate for the webhook's service name, on 127.0.0.1.
+    pub fn server(&self) -> Issued {
+        self.issue(
+            &[&service_name(), "127.0.0.1"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A client certificate (as the apiserver may present).
+    pub fn client(&self, name: &str) -> Issued {
+        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
+    }
+}
+
+impl Issued {
+    pub fn write(&self, dir: &Path, cert: &str, key: &str) -> (PathBuf, PathBuf) {
+        let (c, k) = (dir.join(cert), dir.join(key));
+        std::fs::write(&c, &self.cert_pem).unwrap();
+        std::fs::write(&k, &self.key_pem).unwrap();
+        (c, k)
+    }
+}
+
+/// A TLS connection as the apiserver makes it: the CA from `caBundle`, the
+/// service DNS name verified, ALPN as given.
+pub async fn connect(
+    addr: SocketAddr,
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    client: Option<&Issued>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    connect_named(addr, ca_pem, &service_name(), alpn, client).await
+}
+
+/// [`connect`], verifying the certificate for `server_name`.
+pub async fn connect_named(
+    addr: SocketAddr,
+    ca_pem: &str,
+    server_name: &str,
+    alpn: &[&[u8]],
+    client: Option<&Issued>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let builder =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(c) => {
+            let chain = CertificateDer::pem_slice_iter(c.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(c.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    TlsConnector::from(Arc::new(config)).connect(name, tcp).await
+}
+
+/// An HTTP/1.1 keep-alive client on one connection.
+pub struct Client {
+    send: http1::SendRequest<Full<Bytes>>,
+}
+
+impl Client {
+    pub async fn http1(stream: TlsStream<TcpStream>) -> Self {
+        let (send, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        Self { send }
+    }
+
+    pub async fn post(&mut self, path: &str, content_type: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+        let request = Request::post(path)
+            .header("host", service_name())
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        self.send.ready().await.unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(10), self.send.send_request(request))
+            .await
+            .expect("the webhook answers in time")
+            .unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes().to_vec();
+        (status, body)
+    }
+
+    /// POSTs a review and returns the decoded answer.
+    pub async fn review(&mut self, path: &str, review: &Value) -> Value {
+        let (status, body) = self
+            .post(path, "application/json", serde_json::to_vec(review).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    }
+}
+
+/// One HTTP/2 request on a fresh connection.
+pub async fn post_h2(stream: TlsStream<TcpStream>, path: &str, review: &Value) -> (StatusCode, Value) {
+    let (mut send, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let request = Request::post(format!("https://{}{path}", service_name()))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(review).unwrap())))
+        .unwrap();
+    let response = send.send_request(request).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// An AdmissionReview as the apiserver sends it.
+pub fn review(uid: &str, operation: &str, object: &Value, old: Option<&Value>) -> Value {
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().unwrap_or("");
+    let plural = format!("{}s", kind.to_ascii_lowercase());
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": plural},
+            "name": object["metadata"]["name"],
+            "namespace": "demo-models",
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:demo-models:deployer"},
+            "object": object,
+            "oldObject": old.cloned().unwrap_or(Value::Null),
+            "dryRun": false
+        }
+    })
+}
+
+/// Checks the parts of an answer the apiserver insists on.
+pub fn assert_contract(answer: &Value, uid: &str) {
+    assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(answer["kind"], "AdmissionReview");
+    assert_eq!(answer["response"]["uid"], uid);
+    assert!(answer["response"]["allowed"].is_boolean());
+    if let Some(patch) = answer["response"].get("patch") {
+        assert!(patch.is_string(), "patch must be a base64 string: {patch}");
+        assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    } else {
+        assert!(answer["response"].get("patchType").is_none());
+    }
+    for w in answer["response"]["warnings"].as_array().into_iter().flatten() {
+        assert!(
+            w.as_str().unwrap().chars().count() <= 120,
+            "warning too long: {w}"
+        );
+    }
+}
+
+/// Decodes and applies the answer's patch to `object`.
+pub fn apply_patch(answer: &Value, object: &Value) -> Value {
+    use base64::Engine;
+    let mut patched = object.clone();
+    if let Some(p) = answer["response"]["patch"].as_str() {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(p).unwrap();
+        let ops: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut patched, &ops).unwrap();
+    }
+    patched
+}
+
+/// Polls `f` until it returns true or the time is up.
+pub async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A plain-HTTP GET to the admin port.
+pub async fn admin_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = http1::handshake::<_, Full<Bytes>>(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let request = Request::get(path)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = send.send_request(request).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}

@@ -1,0 +1,196 @@
+//! The real `digest-gate serve` binary: `--dev` on a fresh checkout, JSON
+//! logs, and the signal contract (drain and exit 0; a second signal exits at
+//! once).
+
+mod common;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Serve {
+    child: Child,
+    webhook: SocketAddr,
+    admin: SocketAddr,
+    ca_pem: String,
+}
+
+fn spawn(name: &str, extra: &[&str]) -> Serve {
+    let dir = scratch(name);
+    let (webhook, admin) = (free_port(), free_port());
+    let webhook: SocketAddr = format!("127.0.0.1:{webhook}").parse().unwrap();
+    let admin: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_digest-gate"));
+    cmd.args(["serve", "--dev", "--dev-dir"])
+        .arg(&dir)
+        .args([
+            "--listen",
+            &webhook.to_string(),
+            "--admin-listen",
+            &admin.to_string(),
+        ])
+        .args(extra)
+        .env_remove("DIGEST_GATE_ALLOWLIST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ca = dir.join("ca.crt");
+    loop {
+        let ready = std::net::TcpStream::connect(admin).is_ok() && ca.exists();
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "serve --dev did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Serve {
+        child,
+        webhook,
+        admin,
+        ca_pem: std::fs::read_to_string(ca).unwrap(),
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> (i32, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            return (status.code().unwrap_or(-1), stderr);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process did not exit in {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn dev_mode_serves_a_review_and_drains_on_sigterm() {
+    let mut s = spawn("dev", &["--log-format", "json"]);
+    let (status, _) = admin_get(s.admin, "/readyz").await;
+    assert_eq!(status, 200);
+    let review: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/review.json")).unwrap()).unwrap();
+    let stream = connect_named(s.webhook, &s.ca_pem, "localhost", &[b"http/1.1"], None)
+        .await
+        .unwrap();
+    let mut client = Client::http1(stream).await;
+    let answer = client.review("/mutate", &review).await;
+    assert_contract(&answer, review["request"]["uid"].as_str().unwrap());
+    assert!(answer["response"]["patch"].is_string());
+
+    signal(&s.child, "-TERM");
+    let (code, stderr) = wait_exit(&mut s.child, Duration::from_secs(15));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("development mode: throwaway CA at"), "{stderr}");
+    // One JSON line per decision, with what an operator greps for.
+    let decision: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["message"] == "review answered")
+        .unwrap_or_else(|| panic!("no decision line in {stderr}"));
+    for (field, want) in [
+        ("kind", "ServingRuntime"),
+        ("namespace", "demo-models"),
+        ("name", "ovms"),
+        ("operation", "CREATE"),
+        ("verdict", "rewrite"),
+    ] {
+        assert_eq!(decision[field], want, "{decision}");
+    }
+    assert!(decision["latency_us"].is_u64(), "{decision}");
+    assert!(!stderr.contains("BEGIN"), "no key material in logs");
+}
+
+#[tokio::test]
+async fn a_second_signal_exits_at_once() {
+    let mut s = spawn("second-signal", &["--drain-delay", "60s"]);
+    signal(&s.child, "-TERM");
+    let started = Instant::now();
+    loop {
+        let (status, _) = admin_get(s.admin, "/readyz").await;
+        if status == 503 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "readiness never failed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    signal(&s.child, "-INT");
+    let (code, stderr) = wait_exit(&mut s.child, Duration::from_secs(5));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("second signal"), "{stderr}");
+}
+
+#[test]
+fn startup_fails_fast_on_unusable_inputs() {
+    let dir = scratch("startup");
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "# nothing promoted\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_digest-gate"))
+            .args(args)
+            .env_remove("DIGEST_GATE_ALLOWLIST")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let empty = empty.display().to_string();
+    let (code, err) = run(&[
+        "serve",
+        "--dev",
+        "--dev-dir",
+        &dir.display().to_string(),
+        "--allowlist",
+        &empty,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("promotes no repository"), "{err}");
+    let (code, err) = run(&[
+        "serve",
+        "--tls-cert",
+        "/nonexistent/tls.crt",
+        "--tls-key",
+        "/nonexistent/tls.key",
+        "--allowlist",
+        &empty,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot read /nonexistent/tls.crt"), "{err}");
+    let (code, err) = run(&["serve", "--allowlist", &empty]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--tls-cert"), "{err}");
+}

@@ -1,0 +1,728 @@
+//! The webhook as the apiserver meets it. Many small cases go through the
+//! router in-process (`oneshot`); the ones that need it use real TLS on
+//! 127.0.0.1 with the certificate verified by name.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::*;
+use digest_gate::allowlist;
+use digest_gate::policy::{Mode, Policy};
+use digest_gate::server::{self, Config, State};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const PROMOTED: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+const OVMS: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+fn example_allowlist_path() -> PathBuf {
+    root().join("examples/allowlist.yaml")
+}
+
+fn state() -> Arc<State> {
+    let loaded = allowlist::load_paths(&[example_allowlist_path()]).unwrap();
+    let state = State::new(loaded.allowlist, Policy::default());
+    state.ready.allowlist_loaded();
+    state.ready.certificate_loaded();
+    Arc::new(state)
+}
+
+fn incident_runtime() -> Value {
+    json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+           "metadata": {"name": "ovms", "namespace": "demo-models"},
+           "spec": {"containers": [{"name": "ovms", "image": format!("{OVMS}@{NEVER_PROMOTED}")}]}})
+}
+
+async fn oneshot(state: &Arc<State>, request: Request<Body>) -> (StatusCode, Value) {
+    let response = server::webhook_router(state.clone())
+        .oneshot(request)
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+    (status, value)
+}
+
+fn post(path: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", content_type)
+        .body(body.into())
+        .unwrap()
+}
+
+// === in-process cases ===
+
+#[tokio::test]
+async fn mutate_and_validate_in_process() {
+    let s = state();
+    let object = incident_runtime();
+    let body = serde_json::to_vec(&review("uid-1", "CREATE", &object, None)).unwrap();
+    let (status, answer) = oneshot(&s, post("/mutate", "application/json", body.clone())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contract(&answer, "uid-1");
+    let patched = apply_patch(&answer, &object);
+    assert_eq!(
+        patched["spec"]["containers"][0]["image"],
+        format!("{OVMS}@{PROMOTED}")
+    );
+    let (_, verdict) = oneshot(&s, post("/validate", "application/json", body)).await;
+    assert_eq!(verdict["response"]["allowed"], false);
+    let again = serde_json::to_vec(&review("uid-2", "CREATE", &patched, None)).unwrap();
+    let (_, verdict) = oneshot(&s, post("/validate", "application/json; charset=utf-8", again)).await;
+    assert_contract(&verdict, "uid-2");
+    assert_eq!(verdict["response"]["allowed"], true);
+    assert!(verdict["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn each_bad_request_class_gets_its_status_and_a_json_error() {
+    let s = state();
+    let big = vec![b' '; s.max_body_bytes + 1];
+    let cases: Vec<(&str, Request<Body>, StatusCode)> = vec![
+        (
+            "GET",
+            Request::get("/mutate").body(Body::empty()).unwrap(),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "PUT",
+            Request::put("/validate").body(Body::empty()).unwrap(),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            "unknown path",
+            post("/admit", "application/json", "{}"),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "text/plain",
+            post("/mutate", "text/plain", "{}"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "no content type",
+            Request::post("/mutate").body(Body::from("{}")).unwrap(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "yaml",
+            post("/mutate", "application/yaml", "a: 1"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "too large",
+            post("/mutate", "application/json", big.clone()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "too large, streamed without a length",
+            post("/mutate", "application/json", Body::new(Chunks(big))),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "truncated JSON",
+            post(
+                "/mutate",
+                "application/json",
+                "{\"apiVersion\": \"admission.k8s.io/v1\", ",
+            ),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "not UTF-8",
+            post("/mutate", "application/json", vec![0xff, 0xfe, 0x00]),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "empty body",
+            post("/mutate", "application/json", ""),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "no request",
+            post(
+                "/mutate",
+                "application/json",
+                r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
+            ),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "v1beta1",
+            post(
+                "/mutate",
+                "application/json",
+                r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#,
+            ),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (name, request, want) in cases {
+        let (status, body) = oneshot(&s, request).await;
+        assert_eq!(status, want, "{name}: {body}");
+        assert_eq!(body["code"], want.as_u16(), "{name}: {body}");
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{name}: {body}"
+        );
+    }
+    // Still serving.
+    let body = serde_json::to_vec(&review("after", "CREATE", &incident_runtime(), None)).unwrap();
+    assert_eq!(
+        oneshot(&s, post("/mutate", "application/json", body)).await.0,
+        StatusCode::OK
+    );
+    let metrics = s.metrics.encode();
+    for reason in [
+        "method",
+        "path",
+        "content_type",
+        "too_large",
+        "undecodable",
+        "no_request",
+        "wrong_version",
+    ] {
+        assert!(
+            metrics.contains(&format!("digest_gate_bad_requests_total{{reason=\"{reason}\"}}")),
+            "{reason}: {metrics}"
+        );
+    }
+}
+
+/// A body that arrives in 64 KiB chunks, with no Content-Length.
+struct Chunks(Vec<u8>);
+
+impl http_body::Body for Chunks {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.0.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let at = self.0.len().min(64 * 1024);
+        let rest = self.0.split_off(at);
+        let chunk = std::mem::replace(&mut self.0, rest);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(chunk.into()))))
+    }
+}
+
+#[tokio::test]
+async fn admin_routes_report_health_readiness_and_metrics() {
+    let s = state();
+    let router = server::admin_router(s.clone());
+    let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+    assert_eq!(
+        router.clone().oneshot(get("/healthz")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        router.clone().oneshot(get("/readyz")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let metrics = router.clone().oneshot(get("/metrics")).await.unwrap();
+    assert!(
+        metrics.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = String::from_utf8(metrics.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    assert!(text.contains("digest_gate_allowlist_repositories 5"), "{text}");
+    s.ready.drain();
+    assert_eq!(
+        router.oneshot(get("/readyz")).await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+// === real TLS ===
+
+struct Harness {
+    dir: PathBuf,
+    pki: Pki,
+    running: server::Running,
+}
+
+/// Writes `content` under a kubelet-style layout: `dir/<name>` is a symlink
+/// into `..data`, itself a symlink to a timestamped directory. Calling it
+/// again swaps `..data` atomically, as the kubelet does.
+fn kubelet_write(dir: &Path, files: &[(&str, &str)], generation: u32) {
+    let stamp = format!("..2026_12_02_00_00_{generation:02}.000000001");
+    let real = dir.join(&stamp);
+    std::fs::create_dir_all(&real).unwrap();
+    for (name, content) in files {
+        std::fs::write(real.join(name), content).unwrap();
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link).unwrap();
+        }
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+async fn start(name: &str, policy: Policy, client_ca: bool) -> Harness {
+    let dir = scratch(name);
+    let pki = Pki::new("test CA");
+    let tls_dir = dir.join("tls");
+    let list_dir = dir.join("allowlist");
+    std::fs::create_dir_all(&tls_dir).unwrap();
+    std::fs::create_dir_all(&list_dir).unwrap();
+    let server_cert = pki.server();
+    kubelet_write(
+        &tls_dir,
+        &[
+            ("tls.crt", &server_cert.cert_pem),
+            ("tls.key", &server_cert.key_pem),
+        ],
+        0,
+    );
+    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    kubelet_write(&list_dir, &[("allowlist.yaml", &example)], 0);
+    let mut config = Config::new(
+        tls_dir.join("tls.crt"),
+        tls_dir.join("tls.key"),
+        vec![list_dir],
+        policy,
+    );
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.reload_interval = Duration::from_millis(100);
+    config.grace_period = Duration::from_secs(5);
+    if client_ca {
+        let ca = dir.join("client-ca.crt");
+        std::fs::write(&ca, &pki.ca_pem).unwrap();
+        config.client_ca = Some(ca);
+    }
+    let running = server::start(config).await.unwrap();
+    Harness { dir, pki, running }
+}
+
+impl Harness {
+    async fn client(&self) -> Client {
+        Client::http1(
+            connect(self.running.webhook_addr, &self.pki.ca_pem, &[b"http/1.1"], None)
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+}
+
+fn runtime_reviews() -> Vec<(String, Value)> {
+    let dir = root().join("tests/fixtures/upstream/servingruntimes");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for doc in digest_gate::yaml::parse_stream(&text).unwrap() {
+            if doc.value.is_object() {
+                out.push((f.file_name().unwrap().to_string_lossy().into_owned(), doc.value));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn upstream_fixtures_over_tls_patch_and_settle() {
+    let h = start("fixtures", Policy::default(), false).await;
+    let mut client = h.client().await;
+    let mut rewritten = 0;
+    for (i, (name, object)) in runtime_reviews().into_iter().enumerate() {
+        let uid = format!("fixture-{i}");
+        let answer = client
+            .review("/mutate", &review(&uid, "CREATE", &object, None))
+            .await;
+        assert_contract(&answer, &uid);
+        let response = &answer["response"];
+        if response["allowed"] == false {
+            assert_eq!(response["status"]["code"], 403, "{name}");
+            let message = response["status"]["message"].as_str().unwrap();
+            assert!(message.contains("container \""), "{name}: {message}");
+            continue;
+        }
+        let patched = apply_patch(&answer, &object);
+        if response.get("patch").is_some() {
+            rewritten += 1;
+            assert!(!response["warnings"].as_array().unwrap().is_empty(), "{name}");
+        }
+        let uid2 = format!("{uid}-again");
+        let again = client
+            .review("/mutate", &review(&uid2, "CREATE", &patched, None))
+            .await;
+        assert_contract(&again, &uid2);
+        assert!(
+            again["response"].get("patch").is_none(),
+            "{name}: re-review must not patch"
+        );
+        let validated = client
+            .review("/validate", &review(&uid2, "CREATE", &patched, None))
+            .await;
+        assert_eq!(validated["response"]["allowed"], true, "{name}: {validated}");
+    }
+    // The RHODS 1.21 ConfigMap is the one rewrite among the fixtures.
+    assert_eq!(rewritten, 1);
+    h.running.drain();
+    h.running.wait().await;
+    std::fs::remove_dir_all(h.dir).unwrap();
+}
+
+#[tokio::test]
+async fn http2_is_negotiated_by_alpn() {
+    let h = start("h2", Policy::default(), false).await;
+    let stream = connect(h.running.webhook_addr, &h.pki.ca_pem, &[b"h2", b"http/1.1"], None)
+        .await
+        .unwrap();
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (status, answer) = post_h2(
+        stream,
+        "/mutate",
+        &review("h2", "CREATE", &incident_runtime(), None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contract(&answer, "h2");
+    assert!(answer["response"]["patch"].is_string());
+    h.running.drain();
+    h.running.wait().await;
+}
+
+#[tokio::test]
+async fn garbage_on_the_tls_port_does_not_hurt_the_next_review() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = start("garbage", Policy::default(), false).await;
+    let addr = h.running.webhook_addr;
+    // Plain HTTP on the TLS port.
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"POST /mutate HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut sink = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut sink)).await;
+    // Random bytes.
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3, 4, 5])
+        .await
+        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut sink)).await;
+    // A client that does not trust the server's CA.
+    let other = Pki::new("someone else");
+    assert!(connect(addr, &other.ca_pem, &[b"http/1.1"], None).await.is_err());
+
+    let mut client = h.client().await;
+    let answer = client
+        .review("/mutate", &review("ok", "CREATE", &incident_runtime(), None))
+        .await;
+    assert_contract(&answer, "ok");
+    let (status, ready) = admin_get(h.running.admin_addr, "/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{ready}");
+    let (_, metrics) = admin_get(h.running.admin_addr, "/metrics").await;
+    let failures: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("digest_gate_tls_handshake_failures_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(failures >= 2.0, "{metrics}");
+    h.running.drain();
+    h.running.wait().await;
+}
+
+#[tokio::test]
+async fn allowlist_rotation_by_symlink_swap_and_a_broken_reload() {
+    let h = start("rotate-allowlist", Policy::default(), false).await;
+    let list_dir = h.dir.join("allowlist");
+    let mut client = h.client().await;
+    let object = incident_runtime();
+    let verdict = async |client: &mut Client, uid: &str| {
+        let a = client
+            .review("/validate", &review(uid, "CREATE", &object, None))
+            .await;
+        a["response"]["allowed"].as_bool().unwrap()
+    };
+    assert!(!verdict(&mut client, "before").await);
+
+    // Promote the "never promoted" digest too; the same keep-alive connection
+    // sees the new allowlist.
+    let widened = format!("{OVMS}@{NEVER_PROMOTED}\n{OVMS}@{PROMOTED}\n");
+    kubelet_write(&list_dir, &[("allowlist.yaml", &widened)], 1);
+    let mut n = 0;
+    eventually(
+        "the swapped allowlist to take effect",
+        Duration::from_secs(10),
+        async || {
+            n += 1;
+            verdict(&mut client, &format!("poll-{n}")).await
+        },
+    )
+    .await;
+
+    // Garbage, then an emptied allowlist: both refused, the last good one stays.
+    for (generation, content) in [
+        (
+            2,
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec: [\n",
+        ),
+        (3, ""),
+    ] {
+        kubelet_write(&list_dir, &[("allowlist.yaml", content)], generation);
+        let want = format!(
+            "digest_gate_reloads_total{{source=\"allowlist\",result=\"failure\"}} {}",
+            generation - 1
+        );
+        eventually(
+            "the failed reload to be counted",
+            Duration::from_secs(10),
+            async || {
+                admin_get(h.running.admin_addr, "/metrics")
+                    .await
+                    .1
+                    .contains(&want)
+            },
+        )
+        .await;
+        assert!(verdict(&mut client, &format!("after-bad-{generation}")).await);
+        assert_eq!(admin_get(h.running.admin_addr, "/readyz").await.0, StatusCode::OK);
+    }
+    // A deleted allowlist file is refused too.
+    std::fs::remove_file(list_dir.join("allowlist.yaml")).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(verdict(&mut client, "after-delete").await);
+    h.running.drain();
+    h.running.wait().await;
+}
+
+fn peer_cert_der(stream: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> Vec<u8> {
+    stream.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+#[tokio::test]
+async fn certificate_rotation_by_symlink_swap_keeps_open_connections() {
+    let h = start("rotate-cert", Policy::default(), false).await;
+    let tls_dir = h.dir.join("tls");
+    let first = connect(h.running.webhook_addr, &h.pki.ca_pem, &[b"http/1.1"], None)
+        .await
+        .unwrap();
+    let first_cert = peer_cert_der(&first);
+    let mut open = Client::http1(first).await;
+    open.review("/mutate", &review("open-1", "CREATE", &incident_runtime(), None))
+        .await;
+
+    let next = h.pki.server();
+    kubelet_write(
+        &tls_dir,
+        &[("tls.crt", &next.cert_pem), ("tls.key", &next.key_pem)],
+        1,
+    );
+    let mut rotated = None;
+    eventually(
+        "new handshakes to get the new certificate",
+        Duration::from_secs(10),
+        async || {
+            let s = connect(h.running.webhook_addr, &h.pki.ca_pem, &[b"http/1.1"], None)
+                .await
+                .unwrap();
+            let der = peer_cert_der(&s);
+            let changed = der != first_cert;
+            if changed {
+                rotated = Some(der);
+            }
+            changed
+        },
+    )
+    .await;
+    // The connection opened before the swap still answers.
+    let answer = open
+        .review("/mutate", &review("open-2", "CREATE", &incident_runtime(), None))
+        .await;
+    assert_contract(&answer, "open-2");
+
+    // A garbage key pair keeps the last good one.
+    kubelet_write(
+        &tls_dir,
+        &[("tls.crt", "not a certificate"), ("tls.key", "not a key")],
+        2,
+    );
+    eventually(
+        "the failed certificate reload to be counted",
+        Duration::from_secs(10),
+        async || {
+            admin_get(h.running.admin_addr, "/metrics")
+                .await
+                .1
+                .contains("digest_gate_reloads_total{source=\"certificate\",result=\"failure\"} 1")
+        },
+    )
+    .await;
+    let s = connect(h.running.webhook_addr, &h.pki.ca_pem, &[b"http/1.1"], None)
+        .await
+        .unwrap();
+    assert_eq!(Some(peer_cert_der(&s)), rotated);
+    assert_eq!(admin_get(h.running.admin_addr, "/readyz").await.0, StatusCode::OK);
+    h.running.drain();
+    h.running.wait().await;
+}
+
+#[tokio::test]
+async fn client_certificates_when_required() {
+    let h = start("client-ca", Policy::default(), true).await;
+    let addr = h.running.webhook_addr;
+    let trusted = h.pki.client("kube-apiserver");
+    let stream = connect(addr, &h.pki.ca_pem, &[b"http/1.1"], Some(&trusted))
+        .await
+        .unwrap();
+    let mut client = Client::http1(stream).await;
+    assert_contract(
+        &client
+            .review("/mutate", &review("mtls", "CREATE", &incident_runtime(), None))
+            .await,
+        "mtls",
+    );
+
+    // Without a certificate, or with one from another CA, no review is answered.
+    let stranger = Pki::new("other").client("intruder");
+    for (name, cert) in [
+        ("no certificate", None),
+        ("untrusted certificate", Some(&stranger)),
+    ] {
+        let result = async {
+            let stream = connect(addr, &h.pki.ca_pem, &[b"http/1.1"], cert).await?;
+            let (mut send, conn) = hyper::client::conn::http1::handshake::<
+                _,
+                http_body_util::Full<axum::body::Bytes>,
+            >(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(std::io::Error::other)?;
+            tokio::spawn(conn);
+            let request = hyper::Request::post("/mutate")
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(axum::body::Bytes::from_static(b"{}")))
+                .unwrap();
+            send.send_request(request).await.map_err(std::io::Error::other)
+        }
+        .await;
+        assert!(result.is_err(), "{name}: the server must refuse the handshake");
+    }
+    h.running.drain();
+    h.running.wait().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_in_flight_reviews() {
+    use tokio::io::AsyncWriteExt;
+    let h = start("shutdown", Policy::default(), false).await;
+    let addr = h.running.webhook_addr;
+    let body = serde_json::to_vec(&review("in-flight", "CREATE", &incident_runtime(), None)).unwrap();
+    // Send the headers and half the body, then start the drain.
+    let mut stream = connect(addr, &h.pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        service_name(),
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (first, second) = body.split_at(body.len() / 2);
+    stream.write_all(first).await.unwrap();
+    stream.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    h.running.drain();
+    assert_eq!(
+        admin_get(h.running.admin_addr, "/readyz").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // New connections are no longer accepted...
+    eventually("the listener to close", Duration::from_secs(5), async || {
+        connect(addr, &h.pki.ca_pem, &[b"http/1.1"], None).await.is_err()
+    })
+    .await;
+    // ...but the review in flight completes.
+    stream.write_all(second).await.unwrap();
+    stream.flush().await.unwrap();
+    let response = read_http_response(&mut stream).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let json_start = response.find("\r\n\r\n").unwrap() + 4;
+    let answer: Value = serde_json::from_str(&response[json_start..]).unwrap();
+    assert_contract(&answer, "in-flight");
+    tokio::time::timeout(Duration::from_secs(10), h.running.wait())
+        .await
+        .expect("the server stops after draining");
+}
+
+async fn read_http_response(stream: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end].lines().find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(|v| v.trim().parse::<usize>().unwrap())
+            });
+            if length.is_some_and(|len| buf.len() >= end + 4 + len) {
+                break;
+            }
+        }
+    }
+    String::from_utf8(buf).unwrap()
+}
+
+#[tokio::test]
+async fn audit_mode_allows_with_warnings_over_tls() {
+    let h = start(
+        "audit",
+        Policy {
+            mode: Mode::Audit,
+            ..Policy::default()
+        },
+        false,
+    )
+    .await;
+    let mut client = h.client().await;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                     "spec": {"containers": [{"name": "ovms", "image": "ovms-1:replace"}]}});
+    let answer = client
+        .review("/mutate", &review("audit", "CREATE", &pod, None))
+        .await;
+    assert_contract(&answer, "audit");
+    assert_eq!(answer["response"]["allowed"], true);
+    assert!(
+        answer["response"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("would be denied")
+    );
+    assert!(answer["response"]["auditAnnotations"]["would-deny"].is_string());
+    h.running.drain();
+    h.running.wait().await;
+}
