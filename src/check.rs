@@ -238,6 +238,7 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
         mode: Mode::Rewrite,
         kind_modes: Default::default(),
         unlisted: policy.unlisted,
+        exemptions: policy.exemptions.clone(),
     };
     let offsets = Offsets::new(&input.text);
     let mut edits: Vec<Edit> = Vec::new();

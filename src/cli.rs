@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::allowlist::{self, Loaded};
+use crate::allowlist::{self, Exemption, Loaded, Pattern};
 use crate::check;
 use crate::policy::{Mode, Policy, Unlisted};
 use crate::server;
@@ -89,6 +89,20 @@ pub struct PolicyArgs {
     /// Images from repositories the allowlist does not list.
     #[arg(long, env = "DIGEST_GATE_UNLISTED", value_enum, default_value_t = Unlisted::Deny)]
     pub unlisted: Unlisted,
+    /// Always allow images matching this pattern, e.g. quay.io/platform/debug-*
+    /// (repeatable; added to the allowlist's exemptImages).
+    #[arg(
+        long = "exempt-image",
+        env = "DIGEST_GATE_EXEMPT_IMAGE",
+        value_name = "PATTERN",
+        value_delimiter = ',',
+        value_parser = parse_pattern
+    )]
+    pub exempt_images: Vec<Pattern>,
+}
+
+fn parse_pattern(s: &str) -> Result<Pattern, String> {
+    Pattern::parse(s).map_err(|e| e.to_string())
 }
 
 impl PolicyArgs {
@@ -97,6 +111,14 @@ impl PolicyArgs {
         let mut policy = Policy {
             mode: self.mode,
             unlisted: self.unlisted,
+            exemptions: self
+                .exempt_images
+                .iter()
+                .map(|pattern| Exemption {
+                    pattern: pattern.clone(),
+                    origin: "--exempt-image".into(),
+                })
+                .collect(),
             ..Policy::default()
         };
         for km in &self.kind_modes {

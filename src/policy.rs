@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::allowlist::{Allowlist, Candidates, Promoted};
+use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted};
 use crate::reference::{self, Reference, ReferenceError};
 
 /// How non-compliant images are handled.
@@ -153,6 +153,8 @@ pub struct Policy {
     /// by GitOps while rewriting Pods.
     pub kind_modes: HashMap<String, Mode>,
     pub unlisted: Unlisted,
+    /// Exemptions from the command line, on top of the allowlist's own.
+    pub exemptions: Vec<Exemption>,
 }
 
 impl Default for Policy {
@@ -161,6 +163,7 @@ impl Default for Policy {
             mode: Mode::Rewrite,
             kind_modes: HashMap::new(),
             unlisted: Unlisted::Deny,
+            exemptions: Vec::new(),
         }
     }
 }
@@ -177,6 +180,11 @@ impl Policy {
             .get(&kind.to_ascii_lowercase())
             .copied()
             .unwrap_or(self.mode)
+    }
+
+    /// Whether any kind can be denied (some mode other than audit).
+    pub fn can_deny(&self) -> bool {
+        self.mode != Mode::Audit || self.kind_modes.values().any(|m| *m != Mode::Audit)
     }
 
     /// Sets the mode of `kind`.
@@ -200,8 +208,13 @@ impl Policy {
                 suggestions: suggestions(&r, allowlist),
             });
         };
-        if allowlist.has_exemptions() {
-            if let Some(e) = allowlist.exemption(&repository, r.tag(), r.digest()) {
+        if allowlist.has_exemptions() || !self.exemptions.is_empty() {
+            let exempt = allowlist.exemption(&repository, r.tag(), r.digest()).or_else(|| {
+                self.exemptions
+                    .iter()
+                    .find(|e| e.pattern.matches(&repository, r.tag(), r.digest()))
+            });
+            if let Some(e) = exempt {
                 return Finding::Exempt {
                     pattern: e.pattern.to_string(),
                 };
@@ -751,6 +764,27 @@ spec:
         assert!(
             m.contains("is not in the promoted-digest allowlist; did you mean quay.io/opendatahub/ovms-1@"),
             "{m}"
+        );
+    }
+
+    #[test]
+    fn command_line_exemptions_apply_too() {
+        use crate::allowlist::Pattern;
+        let p = Policy {
+            exemptions: vec![Exemption {
+                pattern: Pattern::parse("quay.io/platform/**").unwrap(),
+                origin: "--exempt-image".into(),
+            }],
+            ..Policy::default()
+        };
+        let d = p.decide("Pod", "quay.io/platform/tools/shell:1", &allowlist());
+        assert_eq!(d.verdict, Verdict::Allow);
+        assert!(d.is_exempt());
+        assert_eq!(
+            Policy::default()
+                .decide("Pod", "quay.io/platform/tools/shell:1", &allowlist())
+                .verdict,
+            Verdict::Deny
         );
     }
 

@@ -194,3 +194,44 @@ fn startup_fails_fast_on_unusable_inputs() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--tls-cert"), "{err}");
 }
+
+#[tokio::test]
+async fn audit_mode_may_start_from_an_empty_allowlist_and_exemptions_apply() {
+    let dir = scratch("audit-empty");
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "# nothing promoted yet\n").unwrap();
+    let empty = empty.display().to_string();
+    let mut s = spawn(
+        "audit-empty-run",
+        &[
+            "--allowlist",
+            &empty,
+            "--mode",
+            "audit",
+            "--exempt-image",
+            "quay.io/platform/**",
+        ],
+    );
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "tools", "image": "quay.io/platform/tools/shell:1"},
+        {"name": "app", "image": "quay.io/team/app:1"}]}});
+    let stream = connect_named(s.webhook, &s.ca_pem, "localhost", &[b"http/1.1"], None)
+        .await
+        .unwrap();
+    let mut client = Client::http1(stream).await;
+    let answer = client
+        .review("/mutate", &review("audit-empty", "CREATE", &pod, None))
+        .await;
+    assert_contract(&answer, "audit-empty");
+    assert_eq!(answer["response"]["allowed"], true);
+    let warnings = answer["response"]["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "only the unexempted image warns: {warnings:?}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .contains("container \"app\" would be denied")
+    );
+    signal(&s.child, "-TERM");
+    assert_eq!(wait_exit(&mut s.child, Duration::from_secs(15)).0, 0);
+}

@@ -43,9 +43,10 @@ fn fingerprint<T: Hash>(value: &T) -> u64 {
 }
 
 /// Refuses an allowlist that would deny every image: on a reload that is
-/// almost always a ConfigMap emptied by mistake.
+/// almost always a ConfigMap emptied by mistake. In audit mode nothing is
+/// denied, so starting from an empty list (to watch the warnings) is fine.
 pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), String> {
-    if loaded.allowlist.repository_count() == 0 && policy.unlisted == Unlisted::Deny {
+    if loaded.allowlist.repository_count() == 0 && policy.unlisted == Unlisted::Deny && policy.can_deny() {
         return Err("the allowlist promotes no repository, so every image would be denied".into());
     }
     Ok(())

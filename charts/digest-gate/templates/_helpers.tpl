@@ -1,0 +1,172 @@
+{{/* Names. */}}
+{{- define "digest-gate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "digest-gate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "digest-gate.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "digest-gate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "digest-gate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "digest-gate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "digest-gate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "digest-gate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The webhook Service; the certificate is issued for its DNS names. */}}
+{{- define "digest-gate.serviceName" -}}
+{{- include "digest-gate.fullname" . }}
+{{- end }}
+
+{{- define "digest-gate.tlsSecretName" -}}
+{{- if eq .Values.certs.mode "external" }}
+{{- required "certs.external.secretName is required with certs.mode=external" .Values.certs.external.secretName }}
+{{- else }}
+{{- printf "%s-tls" (include "digest-gate.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "digest-gate.allowlistConfigMap" -}}
+{{- default (printf "%s-allowlist" (include "digest-gate.fullname" .)) .Values.allowlist.existingConfigMap }}
+{{- end }}
+
+{{- define "digest-gate.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The service's DNS names, for the serving certificate. */}}
+{{- define "digest-gate.dnsNames" -}}
+{{- $svc := include "digest-gate.serviceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
+{{- end }}
+
+{{/*
+Namespace selection: the user's selector, plus an exclusion of the release
+namespace and kube-system that values cannot remove, so the webhook never
+reviews (and never blocks) its own recovery. Cluster-scoped objects
+(ClusterServingRuntimes) are not subject to namespaceSelector and always reach
+the webhook.
+*/}}
+{{- define "digest-gate.namespaceSelector" -}}
+{{- $excluded := concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces | uniq }}
+{{- $exprs := list }}
+{{- range .Values.webhook.namespaceSelector.matchExpressions }}
+{{- $exprs = append $exprs . }}
+{{- end }}
+{{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) }}
+{{- $selector := dict "matchExpressions" $exprs }}
+{{- with .Values.webhook.namespaceSelector.matchLabels }}
+{{- $_ := set $selector "matchLabels" . }}
+{{- end }}
+{{- toYaml $selector }}
+{{- end }}
+
+{{/* The resources both webhook configurations review. */}}
+{{- define "digest-gate.rules" -}}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: [""]
+  apiVersions: ["v1"]
+  resources: ["pods"]
+  scope: Namespaced
+- operations: ["UPDATE"]
+  apiGroups: [""]
+  apiVersions: ["v1"]
+  resources: ["pods/ephemeralcontainers"]
+  scope: Namespaced
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["serving.kserve.io"]
+  apiVersions: ["v1alpha1"]
+  resources: ["servingruntimes"]
+  scope: Namespaced
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["serving.kserve.io"]
+  apiVersions: ["v1alpha1"]
+  resources: ["clusterservingruntimes"]
+  scope: Cluster
+{{- if .Values.webhook.inferenceServices }}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["serving.kserve.io"]
+  apiVersions: ["v1beta1"]
+  resources: ["inferenceservices"]
+  scope: Namespaced
+{{- end }}
+{{- if .Values.webhook.workloads }}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["apps"]
+  apiVersions: ["v1"]
+  resources: ["deployments", "replicasets", "statefulsets", "daemonsets"]
+  scope: Namespaced
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["batch"]
+  apiVersions: ["v1"]
+  resources: ["jobs", "cronjobs"]
+  scope: Namespaced
+{{- end }}
+{{- if .Values.webhook.configMaps }}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: [""]
+  apiVersions: ["v1"]
+  resources: ["configmaps"]
+  scope: Namespaced
+{{- end }}
+{{- end }}
+
+{{/* caBundle as the webhook configurations want it: base64 of PEM. */}}
+{{- define "digest-gate.externalCaBundle" -}}
+{{- $ca := required "certs.external.caBundle is required with certs.mode=external" .Values.certs.external.caBundle }}
+{{- if hasPrefix "-----BEGIN" (trim $ca) }}
+{{- $ca | b64enc }}
+{{- else }}
+{{- $ca | replace "\n" "" | trim }}
+{{- end }}
+{{- end }}
+
+{{/* Annotations that have the caBundle injected, per certificate mode. */}}
+{{- define "digest-gate.caInjection" -}}
+{{- if eq .Values.certs.mode "certManager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "digest-gate.fullname" .) }}
+{{- else if eq .Values.certs.mode "openshift" }}
+annotations:
+  service.beta.openshift.io/inject-cabundle: "true"
+{{- end }}
+{{- end }}
+
+{{/* Whole seconds of a duration value like "5s", "500ms", "2m" or 5. */}}
+{{- define "digest-gate.seconds" -}}
+{{- $d := toString . }}
+{{- if hasSuffix "ms" $d }}
+{{- div (int (trimSuffix "ms" $d)) 1000 }}
+{{- else if hasSuffix "s" $d }}
+{{- int (trimSuffix "s" $d) }}
+{{- else if hasSuffix "m" $d }}
+{{- mul (int (trimSuffix "m" $d)) 60 }}
+{{- else }}
+{{- int $d }}
+{{- end }}
+{{- end }}

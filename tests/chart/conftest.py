@@ -1,0 +1,130 @@
+"""Shared helpers: render the chart with real Helm (helm-python-sdk), parse
+the manifests, and find objects in them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import helm_python as helm
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "digest-gate"
+RELEASE = "dg"
+NAMESPACE = "digest-gate"
+
+
+def binary() -> pathlib.Path:
+    """The debug binary `cargo test` built (the Makefile builds it first)."""
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    path = target / "debug" / "digest-gate"
+    if not path.exists():
+        subprocess.run(["cargo", "build", "--locked"], cwd=ROOT, check=True)
+    return path
+
+
+def parse(manifests: dict[str, str]) -> list[dict]:
+    """Every object of a render, in template order."""
+    objects = []
+    for name in sorted(manifests):
+        if not name.endswith((".yaml", ".yml")):
+            continue
+        for doc in yaml.safe_load_all(manifests[name]):
+            if doc:
+                objects.append(doc)
+    return objects
+
+
+def render(values: dict | None = None, *, namespace: str = NAMESPACE, config: helm.Config | None = None,
+           is_upgrade: bool | None = None) -> list[dict]:
+    chart = helm.Chart.load(str(CHART))
+    if config is None:
+        manifests = chart.render(values, name=RELEASE, namespace=namespace)
+    else:
+        manifests = config.render(chart, values, name=RELEASE, namespace=namespace, is_upgrade=is_upgrade)
+    return parse(manifests)
+
+
+def find(objects: list[dict], kind: str, name: str | None = None) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[dict], kind: str) -> dict:
+    found = find(objects, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def container(objects: list[dict]) -> dict:
+    return one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def args(objects: list[dict]) -> list[str]:
+    return container(objects)["args"]
+
+
+class FakeApiserver:
+    """A tiny HTTP server that answers Helm's `lookup` of Secrets the way the
+    apiserver does: discovery of core/v1, then GET of one Secret."""
+
+    def __init__(self, secrets: dict[tuple[str, str], dict]):
+        self.secrets = secrets
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's naming)
+                path = self.path.split("?")[0]
+                outer.requests.append(path)
+                status, body = outer.answer(path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def answer(self, path: str) -> tuple[int, dict]:
+        if path == "/api/v1":
+            return 200, {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": "v1",
+                "resources": [{"name": "secrets", "singularName": "secret", "namespaced": True,
+                               "kind": "Secret", "verbs": ["get", "list"]}],
+            }
+        parts = path.strip("/").split("/")
+        if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "secrets":
+            secret = self.secrets.get((parts[3], parts[5]))
+            if secret is not None:
+                return 200, secret
+        return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def default_objects() -> list[dict]:
+    return render()

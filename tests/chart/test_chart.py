@@ -1,0 +1,332 @@
+"""The Helm chart, rendered and linted by real Helm and checked against the
+Kubernetes schemas."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import tempfile
+import pathlib
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from conftest import (CHART, NAMESPACE, RELEASE, FakeApiserver, args, binary, container, find, one, render)
+
+CERT_MODES = {
+    "selfSigned": {},
+    "certManager": {"certs": {"mode": "certManager"}},
+    "openshift": {"certs": {"mode": "openshift"}},
+    "external": {"certs": {"mode": "external", "external": {"secretName": "my-webhook-tls",
+                                                              "caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}},
+}
+
+# Kinds that come from CRDs (cert-manager, Prometheus operator): not in the
+# Kubernetes schemas.
+CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
+
+
+def webhook_configs(objects):
+    return one(objects, "MutatingWebhookConfiguration"), one(objects, "ValidatingWebhookConfiguration")
+
+
+# === lint and schema ===
+
+def test_lint_strict_is_clean():
+    report = helm.lint(str(CHART), strict=True, namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], report
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"certs": {"mode": "bogus"}}, "mode"),
+    ({"replicaCount": "two"}, "replicaCount"),
+    ({"replicaCount": 1.5}, "replicaCount"),
+    ({"replicaCount": 0}, "replicaCount"),
+    ({"mode": "strict"}, "mode"),
+    ({"kindModes": {"ServingRuntime": "block"}}, "ServingRuntime"),
+    ({"unlisted": "maybe"}, "unlisted"),
+    ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
+    ({"webhook": {"timeoutSeconds": 60}}, "timeoutSeconds"),
+    ({"image": {"digest": "sha256:abc"}}, "digest"),
+    ({"server": {"gracePeriod": "soon"}}, "gracePeriod"),
+    ({"replicas": 3}, "replicas"),
+])
+def test_schema_rejects_bad_values(values, key):
+    chart = helm.Chart.load(str(CHART))
+    with pytest.raises(helm.HelmError) as err:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    assert key in str(err.value)
+
+
+# === every certificate mode renders valid objects ===
+
+@pytest.mark.parametrize("mode", sorted(CERT_MODES))
+@pytest.mark.parametrize("version", ["1.25", "1.27", kubernetes_validate.utils.latest_version()])
+def test_objects_validate_against_kubernetes_schemas(mode, version):
+    values = dict(CERT_MODES[mode])
+    values.update({"metrics": {"service": {"enabled": True}, "serviceMonitor": {"enabled": True}},
+                   "networkPolicy": {"enabled": True}, "webhook": {"inferenceServices": True, "workloads": True}})
+    objects = render(values)
+    checked = 0
+    for obj in objects:
+        if obj["kind"] in CRD_KINDS:
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+        checked += 1
+    assert checked >= 9
+
+
+@pytest.mark.parametrize("mode", sorted(CERT_MODES))
+def test_webhook_invariants(mode):
+    objects = render(CERT_MODES[mode])
+    mutating, validating = webhook_configs(objects)
+    service = find(objects, "Service", f"{RELEASE}-digest-gate")[0]
+    deploy_ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
+    for config, path in [(mutating, "/mutate"), (validating, "/validate")]:
+        (hook,) = config["webhooks"]
+        assert hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["timeoutSeconds"] == 5
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["matchPolicy"] == "Equivalent"
+        svc = hook["clientConfig"]["service"]
+        assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
+            service["metadata"]["name"], NAMESPACE, path, service["spec"]["ports"][0]["port"])
+        assert service["spec"]["ports"][0]["targetPort"] == "webhook"
+        assert deploy_ports["webhook"] == 8443
+        exclusion = [e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"]
+        assert exclusion == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]}]
+        assert {"key": "modelmesh-enabled", "operator": "In", "values": ["true"]} in hook["namespaceSelector"]["matchExpressions"]
+        rules = {(tuple(r["apiGroups"]), tuple(r["resources"]), r["scope"]): r["operations"] for r in hook["rules"]}
+        assert rules[(("",), ("pods",), "Namespaced")] == ["CREATE", "UPDATE"]
+        assert rules[(("",), ("pods/ephemeralcontainers",), "Namespaced")] == ["UPDATE"]
+        assert rules[(("serving.kserve.io",), ("servingruntimes",), "Namespaced")] == ["CREATE", "UPDATE"]
+        # Cluster-scoped: namespaceSelector does not apply, so these always reach the webhook.
+        assert rules[(("serving.kserve.io",), ("clusterservingruntimes",), "Cluster")] == ["CREATE", "UPDATE"]
+        assert len(rules) == 4
+    assert mutating["webhooks"][0]["reinvocationPolicy"] == "IfNeeded"
+    assert "reinvocationPolicy" not in validating["webhooks"][0]
+
+
+def test_namespace_selector_is_overridable_but_exclusions_are_not():
+    values = {"webhook": {"namespaceSelector": {"matchExpressions": [
+        {"key": "opendatahub.io/dashboard", "operator": "In", "values": ["true"]}]},
+        "excludeNamespaces": ["redhat-ods-operator"]}}
+    for config in webhook_configs(render(values, namespace="models-system")):
+        exprs = config["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        assert exprs == [
+            {"key": "opendatahub.io/dashboard", "operator": "In", "values": ["true"]},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+             "values": ["models-system", "kube-system", "redhat-ods-operator"]},
+        ]
+
+
+def test_switches_add_rules():
+    objects = render({"webhook": {"inferenceServices": True, "workloads": True, "configMaps": True}})
+    resources = {res for r in webhook_configs(objects)[0]["webhooks"][0]["rules"] for res in r["resources"]}
+    assert {"inferenceservices", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs",
+            "configmaps"} <= resources
+
+
+# === certificates ===
+
+def openssl(*argv: str, stdin: bytes | None = None) -> str:
+    return subprocess.run(["openssl", *argv], input=stdin, capture_output=True, check=True).stdout.decode()
+
+
+def test_self_signed_ca_bundle_signs_the_serving_certificate(tmp_path):
+    objects = render()
+    secret = one(objects, "Secret")
+    assert secret["type"] == "kubernetes.io/tls"
+    for config in webhook_configs(objects):
+        assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    ca = tmp_path / "ca.crt"
+    crt = tmp_path / "tls.crt"
+    ca.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    crt.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    assert "OK" in openssl("verify", "-CAfile", str(ca), str(crt))
+    sans = openssl("x509", "-in", str(crt), "-noout", "-ext", "subjectAltName")
+    for name in [f"{RELEASE}-digest-gate.{NAMESPACE}.svc", f"{RELEASE}-digest-gate.{NAMESPACE}.svc.cluster.local"]:
+        assert f"DNS:{name}" in sans
+    volume = next(v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+
+
+def test_upgrade_reuses_the_certificate_through_lookup():
+    first = render()
+    secret = one(first, "Secret")
+    stored = dict(secret, metadata=dict(secret["metadata"], uid="5f9c", resourceVersion="1"))
+    with FakeApiserver({(NAMESPACE, secret["metadata"]["name"]): stored}) as api:
+        config = helm.Config(kube_apiserver=api.url, namespace=NAMESPACE)
+        second = render(config=config, is_upgrade=True)
+        assert f"/api/v1/namespaces/{NAMESPACE}/secrets/{secret['metadata']['name']}" in api.requests
+    assert one(second, "Secret")["data"] == secret["data"]
+    for config in webhook_configs(second):
+        assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    # Without the lookup answered, a new CA is generated: this is what the test guards against.
+    with FakeApiserver({}) as api:
+        fresh = render(config=helm.Config(kube_apiserver=api.url, namespace=NAMESPACE), is_upgrade=True)
+    assert one(fresh, "Secret")["data"]["ca.crt"] != secret["data"]["ca.crt"]
+
+
+def test_cert_manager_mode():
+    objects = render(CERT_MODES["certManager"])
+    assert not find(objects, "Secret")
+    certs = {c["metadata"]["name"]: c for c in find(objects, "Certificate")}
+    serving = certs[f"{RELEASE}-digest-gate"]
+    assert serving["spec"]["secretName"] == f"{RELEASE}-digest-gate-tls"
+    assert f"{RELEASE}-digest-gate.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    assert certs[f"{RELEASE}-digest-gate-ca"]["spec"]["isCA"] is True
+    issuers = {i["metadata"]["name"]: i for i in find(objects, "Issuer")}
+    assert serving["spec"]["issuerRef"]["name"] in issuers
+    assert "ca" in issuers[serving["spec"]["issuerRef"]["name"]]["spec"]
+    for config in webhook_configs(objects):
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/{RELEASE}-digest-gate"
+        assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+    # An existing issuer replaces the chart's CA chain.
+    objects = render({"certs": {"mode": "certManager", "certManager": {"issuerRef": {"name": "corp", "kind": "ClusterIssuer"}}}})
+    assert [c["metadata"]["name"] for c in find(objects, "Certificate")] == [f"{RELEASE}-digest-gate"]
+    assert not find(objects, "Issuer")
+
+
+def test_openshift_mode():
+    objects = render(CERT_MODES["openshift"])
+    assert not find(objects, "Secret")
+    service = find(objects, "Service", f"{RELEASE}-digest-gate")[0]
+    assert service["metadata"]["annotations"]["service.beta.openshift.io/serving-cert-secret-name"] == f"{RELEASE}-digest-gate-tls"
+    for config in webhook_configs(objects):
+        assert config["metadata"]["annotations"]["service.beta.openshift.io/inject-cabundle"] == "true"
+        assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+
+
+def test_external_mode_accepts_pem_or_base64():
+    pem = CERT_MODES["external"]["certs"]["external"]["caBundle"]
+    encoded = base64.b64encode(pem.encode()).decode()
+    for given in [pem, encoded]:
+        objects = render({"certs": {"mode": "external", "external": {"secretName": "my-webhook-tls", "caBundle": given}}})
+        assert not find(objects, "Secret")
+        for config in webhook_configs(objects):
+            assert config["webhooks"][0]["clientConfig"]["caBundle"] == encoded
+        volume = next(v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+        assert volume["secret"]["secretName"] == "my-webhook-tls"
+    with pytest.raises(helm.HelmError, match="secretName"):
+        render({"certs": {"mode": "external", "external": {"caBundle": pem}}})
+
+
+# === the Deployment ===
+
+def test_deployment_is_hardened(default_objects):
+    deploy = one(default_objects, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 2
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["automountServiceAccountToken"] is False
+    c = container(default_objects)
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+    assert all("subPath" not in m for m in c["volumeMounts"]), "subPath mounts never see updates"
+    spreads = pod["topologySpreadConstraints"]
+    assert spreads[0]["topologyKey"] == "kubernetes.io/hostname"
+    pdb = one(default_objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
+    # Drain delay + grace period fit in the termination grace period.
+    assert pod["terminationGracePeriodSeconds"] >= 5 + 15
+
+
+def test_pod_settings_pass_through():
+    values = {
+        "priorityClassName": "system-cluster-critical",
+        "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+        "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+        "podAnnotations": {"example.com/team": "platform"},
+        "imagePullSecrets": [{"name": "quay-pull"}],
+        "image": {"digest": "sha256:" + "a" * 64},
+        "replicaCount": 3,
+    }
+    objects = render(values)
+    pod = one(objects, "Deployment")["spec"]["template"]
+    spec = pod["spec"]
+    for key in ["priorityClassName", "nodeSelector", "tolerations", "affinity", "imagePullSecrets"]:
+        assert spec[key] == values[key], key
+    assert pod["metadata"]["annotations"] == values["podAnnotations"]
+    assert container(objects)["image"] == "quay.io/digest-gate/digest-gate@sha256:" + "a" * 64
+    assert one(objects, "Deployment")["spec"]["replicas"] == 3
+
+
+def test_renders_are_stable_so_upgrades_only_roll_out_on_real_changes():
+    a, b = render(), render()
+    assert one(a, "Deployment") == one(b, "Deployment")
+    # Allowlist content is hot-reloaded: changing it must not change the pod template.
+    changed = render({"allowlist": {"text": "quay.io/x/y@sha256:" + "b" * 64 + "\n"}})
+    assert one(changed, "Deployment")["spec"]["template"] == one(a, "Deployment")["spec"]["template"]
+    assert one(changed, "ConfigMap")["data"] != one(a, "ConfigMap")["data"]
+    # A server setting is read at start: it does change the template.
+    assert one(render({"mode": "rewrite"}), "Deployment")["spec"]["template"] != one(a, "Deployment")["spec"]["template"]
+
+
+def test_server_settings_map_to_flags_the_binary_has():
+    values = {"mode": "rewrite", "kindModes": {"ServingRuntime": "enforce", "ClusterServingRuntime": "enforce"},
+              "unlisted": "allow", "logFormat": "text", "logLevel": "debug",
+              "exemptImages": ["quay.io/platform/debug-*"]}
+    argv = args(render(values))
+    for flag in ["--mode=rewrite", "--kind-mode=ClusterServingRuntime=enforce", "--kind-mode=ServingRuntime=enforce",
+                 "--unlisted=allow", "--log-format=text", "--log-level=debug", "--exempt-image=quay.io/platform/debug-*",
+                 "--allowlist=/etc/digest-gate/allowlist"]:
+        assert flag in argv, flag
+    assert argv[0] == "serve"
+    help_text = subprocess.run([str(binary()), "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    for arg in argv[1:]:
+        flag = arg.split("=", 1)[0]
+        assert re.search(rf"\s{re.escape(flag)}[\s<=]", help_text), f"{flag} is not a serve flag"
+
+
+def test_allowlist_sources(tmp_path):
+    csv = (pathlib.Path(__file__).parents[1] / "data" / "allowlists" / "rhods-operator.csv.yaml").read_text()
+    document = yaml.safe_load((pathlib.Path(__file__).parents[2] / "examples" / "allowlist.yaml").read_text())
+    objects = render({"allowlist": {"document": document, "text": csv}})
+    data = one(objects, "ConfigMap")["data"]
+    assert set(data) == {"allowlist.yaml", "source.yaml"}
+    # What the chart renders is what the binary loads.
+    for key, text in data.items():
+        (tmp_path / key).write_text(text)
+    lint = subprocess.run([str(binary()), "allowlist", "lint", str(tmp_path)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stderr
+    assert "source.yaml: ClusterServiceVersion, 3 promoted image(s)" in lint.stdout
+    assert "allowlist.yaml: Allowlist, 5 promoted image(s)" in lint.stdout
+
+    objects = render({"allowlist": {"existingConfigMap": "promoted-digests"}})
+    assert not find(objects, "ConfigMap")
+    volume = next(v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "allowlist")
+    assert volume["configMap"]["name"] == "promoted-digests"
+
+    with pytest.raises(helm.HelmError, match="allowlist"):
+        render({"allowlist": {"document": None, "text": ""}})
+
+
+def test_optional_objects():
+    objects = render({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+                      "networkPolicy": {"enabled": True}})
+    monitor = one(objects, "ServiceMonitor")
+    metrics_service = find(objects, "Service", f"{RELEASE}-digest-gate-metrics")[0]
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == metrics_service["spec"]["ports"][0]["name"]
+    for k, v in monitor["spec"]["selector"]["matchLabels"].items():
+        assert metrics_service["metadata"]["labels"][k] == v
+    policy = one(objects, "NetworkPolicy")
+    assert policy["spec"]["egress"] == [] and "Egress" in policy["spec"]["policyTypes"]
+    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == {"webhook", "admin"}
+    defaults = render()
+    assert not find(defaults, "ServiceMonitor") and not find(defaults, "NetworkPolicy")
+    assert not find(render({"replicaCount": 1}), "PodDisruptionBudget")
