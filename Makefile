@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test fmt-check clippy unit chart-test tools build release clean
+.PHONY: test fmt-check clippy unit chart-test tools build release clean bench bench-load
 
 test: fmt-check clippy unit chart-test
 
@@ -35,6 +35,13 @@ chart-test: $(VENV)/.installed tools build
 
 build:
 	$(CARGO) build --locked
+
+# Benchmarks are not part of `make test`; see BENCHMARKS.md.
+bench:
+	$(CARGO) bench --locked --bench admission
+
+bench-load: tools
+	$(PYTHON) bench/load.py
 
 release:
 	$(CARGO) build --release --locked

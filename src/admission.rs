@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
+use crate::objects;
 use crate::policy::{Finding, Mode, Policy, Trigger, Verdict, short_digest};
 use crate::review::{self, ImageReview, Review};
 
@@ -104,11 +105,23 @@ struct RequestIn {
     namespace: Option<String>,
     operation: String,
     #[serde(default)]
-    object: Option<Value>,
+    object: Option<ObjectIn>,
     #[serde(default)]
-    old_object: Option<Value>,
+    old_object: Option<ObjectIn>,
     #[serde(default)]
     dry_run: Option<bool>,
+}
+
+/// An object decoded with only what the walkers read (see
+/// [`objects::OBJECT`]): a pod's env, probes and managedFields are skipped
+/// without being allocated, which is most of a review's decoding cost.
+struct ObjectIn(Value);
+
+impl<'de> Deserialize<'de> for ObjectIn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::DeserializeSeed;
+        objects::Pruned(&objects::OBJECT).deserialize(deserializer).map(ObjectIn)
+    }
 }
 
 #[derive(Serialize)]
@@ -246,7 +259,7 @@ impl Response {
 }
 
 fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &Allowlist) -> Answer {
-    let object = request.object.as_ref();
+    let object = request.object.as_ref().map(|o| &o.0);
     let response = match request.operation.as_str() {
         "CREATE" | "UPDATE" => match object {
             Some(Value::Object(o))
@@ -259,7 +272,7 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
             }
             Some(obj @ Value::Object(_)) => {
                 let old = (request.operation == "UPDATE")
-                    .then_some(request.old_object.as_ref())
+                    .then_some(request.old_object.as_ref().map(|o| &o.0))
                     .flatten();
                 let r = review::review_as(
                     &request.kind.group,
@@ -497,7 +510,7 @@ fn encode(request: &RequestIn, response: Response) -> Answer {
             audit_annotations: response.audit,
         },
     };
-    let object = request.object.as_ref();
+    let object = request.object.as_ref().map(|o| &o.0);
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_owned();
     Answer {
         body: serde_json::to_vec(&out).expect("responses serialise"),

@@ -202,6 +202,39 @@ fn structure(pointer: &str, reason: String) -> Site {
     }
 }
 
+/// `base/seg`, without the formatting machinery (walkers build many).
+fn join(base: &str, seg: &str) -> String {
+    let mut s = String::with_capacity(base.len() + seg.len() + 8);
+    s.push_str(base);
+    s.push('/');
+    s.push_str(seg);
+    s
+}
+
+/// `base/i` (or `base/i/seg`).
+fn join_index(base: &str, i: usize, seg: Option<&str>) -> String {
+    let mut s = String::with_capacity(base.len() + 24);
+    s.push_str(base);
+    s.push('/');
+    let mut digits = [0u8; 20];
+    let mut n = i;
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+    if let Some(seg) = seg {
+        s.push('/');
+        s.push_str(seg);
+    }
+    s
+}
+
 /// Human path for messages: `/spec/containers` → `spec.containers`.
 fn field_path(pointer: &str) -> String {
     pointer.trim_start_matches('/').replace('/', ".")
@@ -249,42 +282,24 @@ impl Collector<'_> {
         let Some(spec) = self.mapping(spec, ptr) else {
             return;
         };
-        self.containers(
-            spec.get("containers"),
-            &format!("{ptr}/containers"),
-            Role::Container,
-        );
-        self.containers(
-            spec.get("initContainers"),
-            &format!("{ptr}/initContainers"),
-            Role::InitContainer,
-        );
-        self.containers(
-            spec.get("ephemeralContainers"),
-            &format!("{ptr}/ephemeralContainers"),
-            Role::EphemeralContainer,
-        );
-        self.volumes(spec.get("volumes"), &format!("{ptr}/volumes"));
+        self.containers(spec, ptr, "containers", Role::Container);
+        self.containers(spec, ptr, "initContainers", Role::InitContainer);
+        self.containers(spec, ptr, "ephemeralContainers", Role::EphemeralContainer);
+        self.volumes(spec, ptr);
     }
 
     fn runtime_spec(&mut self, spec: Option<&Value>, ptr: &str) {
         let Some(spec) = self.mapping(spec, ptr) else {
             return;
         };
-        self.containers(
-            spec.get("containers"),
-            &format!("{ptr}/containers"),
-            Role::Container,
-        );
-        self.volumes(spec.get("volumes"), &format!("{ptr}/volumes"));
-        let worker_ptr = format!("{ptr}/workerSpec");
-        if let Some(worker) = self.mapping(spec.get("workerSpec"), &worker_ptr) {
-            self.containers(
-                worker.get("containers"),
-                &format!("{worker_ptr}/containers"),
-                Role::WorkerContainer,
-            );
-            self.volumes(worker.get("volumes"), &format!("{worker_ptr}/volumes"));
+        self.containers(spec, ptr, "containers", Role::Container);
+        self.volumes(spec, ptr);
+        if let Some(w) = spec.get("workerSpec").filter(|w| !w.is_null()) {
+            let worker_ptr = join(ptr, "workerSpec");
+            if let Some(worker) = self.mapping(Some(w), &worker_ptr) {
+                self.containers(worker, &worker_ptr, "containers", Role::WorkerContainer);
+                self.volumes(worker, &worker_ptr);
+            }
         }
     }
 
@@ -306,16 +321,15 @@ impl Collector<'_> {
             return;
         };
         for component in ["predictor", "transformer", "explainer"] {
-            let cptr = format!("{ptr}/{component}");
+            if spec.get(component).is_none_or(Value::is_null) {
+                continue;
+            }
+            let cptr = join(ptr, component);
             let Some(c) = self.mapping(spec.get(component), &cptr) else {
                 continue;
             };
             self.runtime_spec_like(c, &cptr);
-            self.containers(
-                c.get("initContainers"),
-                &format!("{cptr}/initContainers"),
-                Role::InitContainer,
-            );
+            self.containers(c, &cptr, "initContainers", Role::InitContainer);
             let inline: &[&str] = match component {
                 "predictor" => &FRAMEWORKS,
                 "explainer" => &["art"],
@@ -323,7 +337,10 @@ impl Collector<'_> {
             };
             let model = (component == "predictor").then_some("model");
             for field in model.iter().chain(inline) {
-                let fptr = format!("{cptr}/{field}");
+                if c.get(*field).is_none_or(Value::is_null) {
+                    continue;
+                }
+                let fptr = join(&cptr, field);
                 let Some(m) = self.mapping(c.get(*field), &fptr) else {
                     continue;
                 };
@@ -332,97 +349,92 @@ impl Collector<'_> {
                 } else {
                     Role::Explainer
                 };
-                self.image(m.get("image"), format!("{fptr}/image"), role, Some(field));
+                self.image(m.get("image"), join(&fptr, "image"), role, Some(field));
             }
         }
     }
 
     /// Components of an InferenceService inline a pod spec plus `workerSpec`.
     fn runtime_spec_like(&mut self, c: &serde_json::Map<String, Value>, ptr: &str) {
-        self.containers(c.get("containers"), &format!("{ptr}/containers"), Role::Container);
-        self.volumes(c.get("volumes"), &format!("{ptr}/volumes"));
-        let worker_ptr = format!("{ptr}/workerSpec");
-        if let Some(worker) = self.mapping(c.get("workerSpec"), &worker_ptr) {
-            self.containers(
-                worker.get("containers"),
-                &format!("{worker_ptr}/containers"),
-                Role::WorkerContainer,
-            );
+        self.containers(c, ptr, "containers", Role::Container);
+        self.volumes(c, ptr);
+        if let Some(w) = c.get("workerSpec").filter(|w| !w.is_null()) {
+            let worker_ptr = join(ptr, "workerSpec");
+            if let Some(worker) = self.mapping(Some(w), &worker_ptr) {
+                self.containers(worker, &worker_ptr, "containers", Role::WorkerContainer);
+            }
         }
     }
 
-    fn containers(&mut self, list: Option<&Value>, ptr: &str, role: Role) {
-        let items = match list {
+    /// The containers under `parent[field]`; pointers are built only for
+    /// what is there.
+    fn containers(&mut self, parent: &serde_json::Map<String, Value>, ptr: &str, field: &str, role: Role) {
+        let items = match parent.get(field) {
             None | Some(Value::Null) => return,
             Some(Value::Array(items)) => items,
             Some(other) => {
-                self.sites.push(structure(
-                    ptr,
-                    format!(
-                        "{} must be a list of containers, found {}",
-                        field_path(ptr),
-                        type_name(other)
-                    ),
-                ));
+                let list_ptr = join(ptr, field);
+                let reason = format!(
+                    "{} must be a list of containers, found {}",
+                    field_path(&list_ptr),
+                    type_name(other)
+                );
+                self.sites.push(structure(&list_ptr, reason));
                 return;
             }
         };
+        let list_ptr = join(ptr, field);
         for (i, item) in items.iter().enumerate() {
-            let item_ptr = format!("{ptr}/{i}");
             let Value::Object(c) = item else {
-                self.sites.push(structure(
-                    &item_ptr,
-                    format!(
-                        "{} must be a container mapping, found {}",
-                        field_path(&item_ptr),
-                        type_name(item)
-                    ),
-                ));
+                let item_ptr = join_index(&list_ptr, i, None);
+                let reason = format!(
+                    "{} must be a container mapping, found {}",
+                    field_path(&item_ptr),
+                    type_name(item)
+                );
+                self.sites.push(structure(&item_ptr, reason));
                 continue;
             };
             let name = c.get("name").and_then(Value::as_str);
-            self.image(c.get("image"), format!("{item_ptr}/image"), role, name);
+            if let Some(image) = c.get("image").filter(|v| !v.is_null()) {
+                self.image(Some(image), join_index(&list_ptr, i, Some("image")), role, name);
+            }
         }
     }
 
-    fn volumes(&mut self, list: Option<&Value>, ptr: &str) {
-        let items = match list {
+    /// Image volumes under `parent.volumes`.
+    fn volumes(&mut self, parent: &serde_json::Map<String, Value>, ptr: &str) {
+        let items = match parent.get("volumes") {
             None | Some(Value::Null) => return,
             Some(Value::Array(items)) => items,
             Some(other) => {
-                self.sites.push(structure(
-                    ptr,
-                    format!(
-                        "{} must be a list of volumes, found {}",
-                        field_path(ptr),
-                        type_name(other)
-                    ),
-                ));
+                let list_ptr = join(ptr, "volumes");
+                let reason = format!(
+                    "{} must be a list of volumes, found {}",
+                    field_path(&list_ptr),
+                    type_name(other)
+                );
+                self.sites.push(structure(&list_ptr, reason));
                 return;
             }
         };
+        let mut list_ptr = None;
         for (i, volume) in items.iter().enumerate() {
             let Some(image) = volume.get("image") else {
                 continue;
             };
-            let vptr = format!("{ptr}/{i}/image");
+            let list_ptr = list_ptr.get_or_insert_with(|| join(ptr, "volumes"));
+            let vptr = join_index(list_ptr, i, Some("image"));
             let name = volume.get("name").and_then(Value::as_str);
             match image {
                 Value::Null => {}
-                Value::Object(source) => self.image(
-                    source.get("reference"),
-                    format!("{vptr}/reference"),
-                    Role::Volume,
-                    name,
-                ),
-                other => self.sites.push(structure(
-                    &vptr,
-                    format!(
-                        "{} must be a mapping, found {}",
-                        field_path(&vptr),
-                        type_name(other)
-                    ),
-                )),
+                Value::Object(source) => {
+                    self.image(source.get("reference"), join(&vptr, "reference"), Role::Volume, name)
+                }
+                other => {
+                    let reason = format!("{} must be a mapping, found {}", field_path(&vptr), type_name(other));
+                    self.sites.push(structure(&vptr, reason));
+                }
             }
         }
     }
@@ -718,5 +730,251 @@ mod tests {
         assert!(w.sites.is_empty());
         // A ServingRuntime kind from another group is not KServe's.
         assert!(!walk(&json!({"apiVersion": "example.com/v1", "kind": "ServingRuntime"})).known);
+    }
+}
+
+// === decoding only what the walkers read ===
+
+/// What of an object the walkers read: image sites, the metadata reviews and
+/// patches need, and ConfigMap data. Everything else (env, args, probes,
+/// managedFields, status) is skipped while decoding, without allocating.
+///
+/// Keep this in step with [`walk`]: the tests check that a pruned object walks
+/// to exactly the sites of the full one.
+#[derive(Debug)]
+pub enum Shape {
+    /// Keep the value whole.
+    Keep,
+    /// An object: keep these keys, each shaped; drop the rest.
+    Object(&'static [(&'static str, &'static Shape)]),
+    /// An array whose elements are shaped.
+    List(&'static Shape),
+}
+
+static KEEP: Shape = Shape::Keep;
+static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
+static CONTAINERS: Shape = Shape::List(&CONTAINER);
+static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
+static VOLUMES: Shape = Shape::List(&VOLUME);
+/// The union of a pod spec, a runtime spec, an InferenceService component,
+/// and the workload kinds' templates.
+static SPEC: Shape = Shape::Object(&[
+    ("containers", &CONTAINERS),
+    ("initContainers", &CONTAINERS),
+    ("ephemeralContainers", &CONTAINERS),
+    ("volumes", &VOLUMES),
+    ("workerSpec", &SPEC),
+    ("template", &TEMPLATE),
+    ("jobTemplate", &JOB_TEMPLATE),
+    ("predictor", &SPEC),
+    ("transformer", &SPEC),
+    ("explainer", &SPEC),
+    ("model", &CONTAINER),
+    ("art", &CONTAINER),
+    ("sklearn", &CONTAINER),
+    ("xgboost", &CONTAINER),
+    ("tensorflow", &CONTAINER),
+    ("pytorch", &CONTAINER),
+    ("triton", &CONTAINER),
+    ("onnx", &CONTAINER),
+    ("huggingface", &CONTAINER),
+    ("pmml", &CONTAINER),
+    ("lightgbm", &CONTAINER),
+    ("paddle", &CONTAINER),
+]);
+static TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)]);
+static JOB_TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)]);
+static METADATA: Shape = Shape::Object(&[
+    ("name", &KEEP),
+    ("generateName", &KEEP),
+    ("namespace", &KEEP),
+    ("annotations", &KEEP),
+    ("deletionTimestamp", &KEEP),
+]);
+/// A Kubernetes object as the walkers read it.
+pub static OBJECT: Shape = Shape::Object(&[
+    ("apiVersion", &KEEP),
+    ("kind", &KEEP),
+    ("metadata", &METADATA),
+    ("spec", &SPEC),
+    ("template", &TEMPLATE),
+    ("data", &KEEP),
+    ("objects", &OBJECTS),
+]);
+static OBJECTS: Shape = Shape::List(&OBJECT);
+
+/// Decodes a value keeping only what `shape` names. A value whose JSON type
+/// does not match its shape is kept whole, so the walkers still see (and
+/// explain) malformed structure.
+#[derive(Debug, Clone, Copy)]
+pub struct Pruned(pub &'static Shape);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Shape::Keep => <Value as serde::Deserialize>::deserialize(deserializer),
+            shape => deserializer.deserialize_any(PrunedVisitor(shape)),
+        }
+    }
+}
+
+struct PrunedVisitor(&'static Shape);
+
+impl<'de> serde::de::Visitor<'de> for PrunedVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        match self.0 {
+            Shape::List(element) => {
+                while let Some(v) = seq.next_element_seed(Pruned(element))? {
+                    items.push(v);
+                }
+            }
+            _ => {
+                while let Some(v) = seq.next_element::<Value>()? {
+                    items.push(v);
+                }
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        match self.0 {
+            Shape::Object(fields) => {
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match fields.iter().find(|(name, _)| *name == key) {
+                        Some((_, shape)) => {
+                            let v = map.next_value_seed(Pruned(shape))?;
+                            out.insert(key.into_owned(), v);
+                        }
+                        None => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+            }
+            _ => {
+                while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                    out.insert(k, v);
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde::de::DeserializeSeed;
+
+    fn pruned(v: &Value) -> Value {
+        let text = serde_json::to_string(v).unwrap();
+        Pruned(&OBJECT)
+            .deserialize(&mut serde_json::Deserializer::from_str(&text))
+            .unwrap()
+    }
+
+    fn same_walk(v: &Value) {
+        let (a, b) = (walk(v), walk(&pruned(v)));
+        assert_eq!(a.known, b.known);
+        assert_eq!(a.sites, b.sites, "{v}");
+        assert_eq!(a.embedded.len(), b.embedded.len());
+    }
+
+    #[test]
+    fn pruning_keeps_images_and_drops_the_rest() {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"x": 1}], "annotations": {"k": "v"}},
+            "spec": {"containers": [{"name": "c", "image": "q.io/x:1", "env": [{"name": "A", "value": "1"}], "args": ["x"]}],
+                     "nodeName": "n", "volumes": [{"name": "v", "configMap": {"name": "cm"}}]},
+            "status": {"phase": "Pending"}});
+        let p = pruned(&pod);
+        assert_eq!(p, serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {"k": "v"}},
+            "spec": {"containers": [{"name": "c", "image": "q.io/x:1"}], "volumes": [{"name": "v"}]}}));
+        same_walk(&pod);
+    }
+
+    #[test]
+    fn malformed_values_are_kept_whole() {
+        let sr = serde_json::json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+            "spec": {"containers": {"name": "x", "image": 3}, "workerSpec": ["a"], "volumes": "v"}});
+        assert_eq!(pruned(&sr)["spec"], sr["spec"]);
+        same_walk(&sr);
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("containers"), Just("initContainers"), Just("image"), Just("name"), Just("spec"),
+            Just("template"), Just("volumes"), Just("reference"), Just("workerSpec"), Just("objects"),
+            Just("kind"), Just("apiVersion"), Just("predictor"), Just("model"), Just("data"), Just("other"),
+        ]
+        .prop_map(str::to_owned);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i32>().prop_map(Value::from),
+            prop_oneof![Just("Pod"), Just("v1"), Just("Template"), Just("q.io/a:1"), Just("serving.kserve.io/v1alpha1"), Just("ServingRuntime"), Just("apps/v1"), Just("Deployment")]
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 96, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone(), inner, 0..5).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn pruned_objects_walk_like_full_ones(v in json_value(), kind in prop_oneof![Just(("v1", "Pod")), Just(("serving.kserve.io/v1alpha1", "ServingRuntime")), Just(("template.openshift.io/v1", "Template")), Just(("apps/v1", "Deployment")), Just(("batch/v1", "CronJob")), Just(("serving.kserve.io/v1beta1", "InferenceService"))]) {
+            let mut object = serde_json::json!({"apiVersion": kind.0, "kind": kind.1});
+            object["spec"] = v.clone();
+            object["objects"] = serde_json::json!([{"apiVersion": kind.0, "kind": kind.1, "spec": v}]);
+            same_walk(&object);
+        }
     }
 }

@@ -117,14 +117,23 @@ pub fn parse(input: &str) -> Result<Reference<'_>, ReferenceError> {
     if input.is_empty() {
         return Err(ReferenceError::Empty);
     }
-    if looks_like_placeholder(input) {
-        return Err(ReferenceError::Placeholder);
-    }
-    if input.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(ReferenceError::Whitespace);
-    }
+    // The grammar's validators reject every character a placeholder or stray
+    // white space brings, so those friendlier diagnoses are only worked out
+    // on the error path and a valid reference is read in one pass.
+    parse_grammar(input).map_err(|e| {
+        if looks_like_placeholder(input) {
+            ReferenceError::Placeholder
+        } else if input.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            ReferenceError::Whitespace
+        } else {
+            e
+        }
+    })
+}
 
-    let (name_tag, digest) = match input.find('@') {
+fn parse_grammar(input: &str) -> Result<Reference<'_>, ReferenceError> {
+    // A byte scan: `str::find(char)` goes through the generic char searcher.
+    let (name_tag, digest) = match input.bytes().position(|b| b == b'@') {
         Some(at) => {
             let digest = &input[at + 1..];
             validate_digest(digest)?;
@@ -174,8 +183,13 @@ fn validate_digest(digest: &str) -> Result<(), ReferenceError> {
     if !is_digest_algorithm(algorithm) || hex.is_empty() {
         return Err(invalid());
     }
-    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(invalid());
+    let mut upper = false;
+    for b in hex.bytes() {
+        match b {
+            b'0'..=b'9' | b'a'..=b'f' => {}
+            b'A'..=b'F' => upper = true,
+            _ => return Err(invalid()),
+        }
     }
     let algorithm = match algorithm {
         "sha256" => Algorithm::Sha256,
@@ -193,7 +207,7 @@ fn validate_digest(digest: &str) -> Result<(), ReferenceError> {
             found: hex.len(),
         });
     }
-    if hex.bytes().any(|b| b.is_ascii_uppercase()) {
+    if upper {
         return Err(ReferenceError::DigestCase);
     }
     Ok(())

@@ -12,7 +12,7 @@ use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde_json::{Map, Value};
 
 use crate::allowlist::Allowlist;
-use crate::objects::{self, Site, Walk};
+use crate::objects::{self, Embedded, Site, Walk};
 use crate::policy::{Decision, Denial, Finding, Policy, Verdict};
 use crate::yaml::{self, Edit, Offsets};
 
@@ -80,13 +80,16 @@ pub fn review_as(
     policy: &Policy,
     allowlist: &Allowlist,
 ) -> Review {
-    let walk = objects::walk_as(group, kind, object);
+    let Walk {
+        known,
+        sites,
+        embedded: sources,
+    } = objects::walk_as(group, kind, object);
     let old_walk = old.map(|old| objects::walk_as(group, kind, old));
     let unchanged = old_walk.as_ref().map(previous_images);
     let mode = policy.mode_for(kind);
-    let mut images: Vec<ImageReview> = walk
-        .sites
-        .iter()
+    let mut images: Vec<ImageReview> = sites
+        .into_iter()
         .filter(|site| match (&unchanged, &site.image) {
             (Some(seen), Ok(image)) => !seen.contains(&(site.pointer.as_str(), image.as_str())),
             _ => true,
@@ -96,13 +99,14 @@ pub fn review_as(
                 Ok(image) => policy.decide(kind, image, allowlist),
                 Err(reason) => Decision::malformed(mode, reason.clone()),
             };
-            ImageReview {
-                site: site.clone(),
-                decision,
-            }
+            ImageReview { site, decision }
         })
         .collect();
-    let embedded = rewrite_embedded(&walk, &mut images);
+    let embedded = if sources.is_empty() {
+        Vec::new()
+    } else {
+        rewrite_embedded(&sources, &mut images)
+    };
     let verdict = images
         .iter()
         .map(|i| i.decision.verdict)
@@ -110,7 +114,7 @@ pub fn review_as(
         .unwrap_or(Verdict::Allow);
     Review {
         kind: kind.to_owned(),
-        known: walk.known,
+        known,
         images,
         verdict,
         embedded,
@@ -130,9 +134,9 @@ fn previous_images(walk: &Walk) -> HashSet<(&str, &str)> {
 /// Rewrites images inside embedded documents by editing their text, so the
 /// rest of the document (comments, order, quoting) stays as written. A site
 /// that cannot be edited in place is denied with the reference to use.
-fn rewrite_embedded(walk: &Walk, images: &mut [ImageReview]) -> Vec<EmbeddedRewrite> {
+fn rewrite_embedded(sources: &[Embedded], images: &mut [ImageReview]) -> Vec<EmbeddedRewrite> {
     let mut out = Vec::new();
-    for (index, source) in walk.embedded.iter().enumerate() {
+    for (index, source) in sources.iter().enumerate() {
         let offsets = Offsets::new(&source.text);
         let mut edits = Vec::new();
         let mut members = Vec::new();

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -112,14 +113,8 @@ pub struct Source {
 /// Reads the files [`load_paths`] would load, without parsing them: a reload
 /// compares these before deciding anything changed.
 pub fn read_sources<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<Source>, LoadErrors> {
+    let files = source_files(paths)?;
     let mut errors = Vec::new();
-    let mut files = Vec::new();
-    for path in paths {
-        match expand(path.as_ref()) {
-            Ok(found) => files.extend(found),
-            Err(e) => errors.push(e),
-        }
-    }
     let mut sources = Vec::new();
     for file in files {
         let name = file.display().to_string();
@@ -133,6 +128,23 @@ pub fn read_sources<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<Source>, LoadErro
     }
     if errors.is_empty() {
         Ok(sources)
+    } else {
+        Err(LoadErrors(errors))
+    }
+}
+
+/// The files [`load_paths`] reads: each path, or a directory's visible files.
+pub fn source_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>, LoadErrors> {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    for path in paths {
+        match expand(path.as_ref()) {
+            Ok(found) => files.extend(found),
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(files)
     } else {
         Err(LoadErrors(errors))
     }
@@ -205,6 +217,8 @@ struct Loader {
 
 struct Ctx<'a> {
     file: &'a str,
+    /// Shared by every entry's origin, so origins cost no allocation.
+    shared: Arc<str>,
     doc: &'a Document,
 }
 
@@ -220,7 +234,7 @@ impl Ctx<'_> {
 
     fn origin(&self, pointer: &str) -> Origin {
         Origin {
-            file: self.file.to_owned(),
+            file: self.shared.clone(),
             line: self.doc.line_of(pointer),
         }
     }
@@ -295,10 +309,15 @@ impl Loader {
                 return (Format::Mixed, 0);
             }
         };
+        let shared: Arc<str> = file.into();
         let mut format = None;
         let mut entries = 0;
         for doc in &docs {
-            let ctx = Ctx { file, doc };
+            let ctx = Ctx {
+                file,
+                shared: shared.clone(),
+                doc,
+            };
             if let Some((f, n)) = self.document(&ctx, &doc.value, "") {
                 entries += n;
                 format = match format {
@@ -690,6 +709,7 @@ impl Loader {
     }
 
     fn plain_list(&mut self, file: &str, text: &str) -> usize {
+        let shared: Arc<str> = file.into();
         let mut entries = 0;
         for (n, line) in text.lines().enumerate() {
             let content = match line.find('#') {
@@ -707,7 +727,7 @@ impl Loader {
                 message,
             };
             let origin = Origin {
-                file: file.to_owned(),
+                file: shared.clone(),
                 line: n + 1,
             };
             match promotable(content) {

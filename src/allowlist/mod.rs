@@ -4,26 +4,31 @@
 //!
 //! An [`Allowlist`] is immutable once built; the server swaps whole snapshots.
 //! Every lookup is a hash probe per path prefix of the image's repository, so
-//! its cost does not grow with the number of entries.
+//! its cost does not grow with the number of entries. Entries are compact
+//! (one shared name per repository, digests scanned in place until a
+//! repository has many), so a 10,000-repository list stays a few MiB.
 
 mod emit;
 mod exempt;
 mod load;
 
 use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 pub use emit::to_native_yaml;
 pub use exempt::{Exemption, Pattern, PatternError};
 pub use load::{
     Format, LoadError, LoadErrors, Loaded, Source, SourceSummary, load_paths, load_sources, load_text,
-    read_sources,
+    read_sources, source_files,
 };
 
 /// Where an entry came from, for conflict messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
-    pub file: String,
+    pub file: Arc<str>,
     pub line: usize,
 }
 
@@ -46,35 +51,89 @@ pub struct Promoted {
 #[derive(Debug, Clone)]
 pub struct Repository {
     /// Canonical `registry/path`.
-    pub name: Box<str>,
+    pub name: Arc<str>,
     /// Promoted digests in the order the allowlist lists them.
     pub digests: Vec<Promoted>,
-    by_digest: HashMap<Box<str>, usize>,
-    by_tag: HashMap<Box<str>, usize>,
+    /// Hash indexes, built only once a repository has more digests than a
+    /// scan handles faster; most have one to three.
+    index: Option<Box<RepoIndex>>,
     rewrite_to: Option<usize>,
 }
+
+#[derive(Debug, Clone, Default)]
+struct RepoIndex {
+    by_digest: HashMap<Box<str>, usize>,
+    by_tag: HashMap<Box<str>, usize>,
+}
+
+/// Digests a repository holds before lookups switch from a scan to a hash.
+const SCAN_LIMIT: usize = 8;
 
 // === impl Repository ===
 
 impl Repository {
-    fn new(name: &str) -> Self {
+    fn new(name: Arc<str>) -> Self {
         Self {
-            name: name.into(),
+            name,
             digests: Vec::new(),
-            by_digest: HashMap::new(),
-            by_tag: HashMap::new(),
+            index: None,
             rewrite_to: None,
+        }
+    }
+
+    fn find_digest(&self, digest: &str) -> Option<usize> {
+        match &self.index {
+            Some(ix) => ix.by_digest.get(digest).copied(),
+            None => self.digests.iter().position(|p| &*p.digest == digest),
+        }
+    }
+
+    fn find_tag(&self, tag: &str) -> Option<usize> {
+        match &self.index {
+            Some(ix) => ix.by_tag.get(tag).copied(),
+            None => self
+                .digests
+                .iter()
+                .position(|p| p.tags.iter().any(|t| &**t == tag)),
+        }
+    }
+
+    fn push_digest(&mut self, digest: &str) -> usize {
+        let i = self.digests.len();
+        self.digests.push(Promoted {
+            digest: digest.into(),
+            tags: Vec::new(),
+        });
+        if let Some(ix) = &mut self.index {
+            ix.by_digest.insert(digest.into(), i);
+        } else if self.digests.len() > SCAN_LIMIT {
+            let mut ix = RepoIndex::default();
+            for (j, p) in self.digests.iter().enumerate() {
+                ix.by_digest.insert(p.digest.clone(), j);
+                for t in &p.tags {
+                    ix.by_tag.insert(t.clone(), j);
+                }
+            }
+            self.index = Some(Box::new(ix));
+        }
+        i
+    }
+
+    fn push_tag(&mut self, index: usize, tag: &str) {
+        self.digests[index].tags.push(tag.into());
+        if let Some(ix) = &mut self.index {
+            ix.by_tag.insert(tag.into(), index);
         }
     }
 
     /// Whether `digest` is promoted here.
     pub fn is_promoted(&self, digest: &str) -> bool {
-        self.by_digest.contains_key(digest)
+        self.find_digest(digest).is_some()
     }
 
     /// The promoted digest published under `tag`.
     pub fn digest_for_tag(&self, tag: &str) -> Option<&Promoted> {
-        self.by_tag.get(tag).map(|&i| &self.digests[i])
+        self.find_tag(tag).map(|i| &self.digests[i])
     }
 
     /// The explicit rewrite target.
@@ -94,49 +153,63 @@ pub struct MirrorRule {
 /// The promoted-digest allowlist.
 #[derive(Debug, Clone, Default)]
 pub struct Allowlist {
-    repos: HashMap<Box<str>, Repository>,
+    repos: HashMap<Arc<str>, Repository>,
     /// Repository names in first-seen order, for stable output.
-    order: Vec<Box<str>>,
+    order: Vec<Arc<str>>,
     /// Mirror prefix → source prefixes.
     mirrors: HashMap<Box<str>, Vec<Box<str>>>,
     mirror_rules: Vec<MirrorRule>,
     exemptions: Vec<Exemption>,
     short_name_registry: Option<String>,
-    /// Last path component → canonical repositories, for "did you mean".
-    by_basename: HashMap<Box<str>, Vec<Box<str>>>,
+    /// (hash of the last path component, index into `order`), sorted: the
+    /// "did you mean" index, twelve bytes an entry.
+    basenames: Vec<(u64, u32)>,
+}
+
+fn basename_hash(name: &str) -> u64 {
+    let basename = name.rsplit('/').next().unwrap_or(name);
+    let mut h = DefaultHasher::new();
+    basename.hash(&mut h);
+    h.finish()
 }
 
 /// The repositories an image's promoted digests come from: its own entry and
-/// the sources it mirrors.
+/// the sources it mirrors. The common case (one entry, no mirrors) does not
+/// allocate.
 #[derive(Debug, Clone, Default)]
 pub struct Candidates<'a> {
-    entries: Vec<&'a Repository>,
+    direct: Option<&'a Repository>,
+    mirrored: Vec<&'a Repository>,
 }
 
 impl<'a> Candidates<'a> {
+    fn entries(&self) -> impl Iterator<Item = &'a Repository> + '_ {
+        self.direct.into_iter().chain(self.mirrored.iter().copied())
+    }
+
     /// Whether the repository is listed at all.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.direct.is_none() && self.mirrored.is_empty()
     }
 
     /// Whether `digest` is promoted for the repository.
     pub fn is_promoted(&self, digest: &str) -> bool {
-        self.entries.iter().any(|r| r.is_promoted(digest))
+        self.entries().any(|r| r.is_promoted(digest))
     }
 
     /// The digest published under `tag`.
     pub fn digest_for_tag(&self, tag: &str) -> Option<&'a Promoted> {
-        self.entries.iter().find_map(|r| r.digest_for_tag(tag))
+        self.entries().find_map(|r| r.digest_for_tag(tag))
     }
 
     /// The rewrite target when no tag decides: an explicit `rewriteTo`, else
     /// the only promoted digest. `None` when that is ambiguous.
     pub fn default_target(&self) -> Option<&'a Promoted> {
-        let mut explicit = self.entries.iter().filter_map(|r| r.rewrite_to());
+        let mut explicit = self.entries().filter_map(|r| r.rewrite_to());
         if let Some(first) = explicit.next() {
             return explicit.all(|p| p.digest == first.digest).then_some(first);
         }
-        let mut all = self.entries.iter().flat_map(|r| r.digests.iter());
+        let mut all = self.entries().flat_map(|r| r.digests.iter());
         let first = all.next()?;
         all.all(|p| p.digest == first.digest).then_some(first)
     }
@@ -144,7 +217,7 @@ impl<'a> Candidates<'a> {
     /// Every promoted digest, first-listed first, without duplicates.
     pub fn promoted(&self) -> Vec<&'a Promoted> {
         let mut out: Vec<&Promoted> = Vec::new();
-        for p in self.entries.iter().flat_map(|r| r.digests.iter()) {
+        for p in self.entries().flat_map(|r| r.digests.iter()) {
             if !out.iter().any(|q| q.digest == p.digest) {
                 out.push(p);
             }
@@ -158,30 +231,31 @@ impl<'a> Candidates<'a> {
 impl Allowlist {
     /// The entries for a canonical repository name, following mirror rules.
     pub fn candidates(&self, repository: &str) -> Candidates<'_> {
-        let mut entries = Vec::new();
-        if let Some(r) = self.repos.get(repository) {
-            entries.push(r);
+        let mut c = Candidates {
+            direct: self.repos.get(repository),
+            mirrored: Vec::new(),
+        };
+        if self.mirrors.is_empty() {
+            return c;
         }
-        if !self.mirrors.is_empty() {
-            let prefixes = repository
-                .match_indices('/')
-                .map(|(i, _)| i)
-                .chain(std::iter::once(repository.len()));
-            for end in prefixes {
-                let Some(sources) = self.mirrors.get(&repository[..end]) else {
-                    continue;
-                };
-                for source in sources {
-                    let mapped = format!("{source}{}", &repository[end..]);
-                    if let Some(r) = self.repos.get(mapped.as_str()) {
-                        if !entries.iter().any(|e| std::ptr::eq(*e, r)) {
-                            entries.push(r);
-                        }
+        let prefixes = repository
+            .match_indices('/')
+            .map(|(i, _)| i)
+            .chain(std::iter::once(repository.len()));
+        for end in prefixes {
+            let Some(sources) = self.mirrors.get(&repository[..end]) else {
+                continue;
+            };
+            for source in sources {
+                let mapped = format!("{source}{}", &repository[end..]);
+                if let Some(r) = self.repos.get(mapped.as_str()) {
+                    if !c.entries().any(|e| std::ptr::eq(e, r)) {
+                        c.mirrored.push(r);
                     }
                 }
             }
         }
-        Candidates { entries }
+        c
     }
 
     /// The first exemption that matches the image.
@@ -202,8 +276,15 @@ impl Allowlist {
     }
 
     /// Listed repositories whose last path component is `basename`.
-    pub fn similar(&self, basename: &str) -> &[Box<str>] {
-        self.by_basename.get(basename).map_or(&[], Vec::as_slice)
+    pub fn similar(&self, basename: &str) -> Vec<&str> {
+        let h = basename_hash(basename);
+        let start = self.basenames.partition_point(|(k, _)| *k < h);
+        self.basenames[start..]
+            .iter()
+            .take_while(|(k, _)| *k == h)
+            .map(|(_, i)| &*self.order[*i as usize])
+            .filter(|name| name.rsplit('/').next() == Some(basename))
+            .collect()
     }
 
     /// A repository by canonical name, without mirror rules.
@@ -241,8 +322,8 @@ impl Allowlist {
 #[derive(Debug, Default)]
 pub struct Builder {
     list: Allowlist,
-    tag_origins: HashMap<(Box<str>, Box<str>), Origin>,
-    rewrite_origins: HashMap<Box<str>, Origin>,
+    tag_origins: HashMap<(Arc<str>, Box<str>), Origin>,
+    rewrite_origins: HashMap<Arc<str>, Origin>,
     short_name_origin: Option<Origin>,
 }
 
@@ -286,35 +367,20 @@ impl Builder {
         origin: &Origin,
     ) -> Result<(), Box<Conflict>> {
         if !self.list.repos.contains_key(repository) {
-            self.list.order.push(repository.into());
-            let basename = repository.rsplit('/').next().unwrap_or(repository);
-            self.list
-                .by_basename
-                .entry(basename.into())
-                .or_default()
-                .push(repository.into());
+            let name: Arc<str> = repository.into();
+            self.list.order.push(name.clone());
+            self.list.repos.insert(name.clone(), Repository::new(name));
         }
-        let repo = self
-            .list
-            .repos
-            .entry(repository.into())
-            .or_insert_with(|| Repository::new(repository));
-        let index = match repo.by_digest.get(digest) {
-            Some(&i) => i,
-            None => {
-                repo.digests.push(Promoted {
-                    digest: digest.into(),
-                    tags: Vec::new(),
-                });
-                repo.by_digest.insert(digest.into(), repo.digests.len() - 1);
-                repo.digests.len() - 1
-            }
+        let repo = self.list.repos.get_mut(repository).expect("inserted above");
+        let index = match repo.find_digest(digest) {
+            Some(i) => i,
+            None => repo.push_digest(digest),
         };
         for &tag in tags {
-            match repo.by_tag.get(tag) {
-                Some(&i) if i == index => {}
-                Some(&i) => {
-                    let first = self.tag_origins[&(repository.into(), tag.into())].clone();
+            match repo.find_tag(tag) {
+                Some(i) if i == index => {}
+                Some(i) => {
+                    let first = self.tag_origins[&(repo.name.clone(), tag.into())].clone();
                     return Err(Box::new(Conflict::Tag {
                         repository: repository.to_owned(),
                         tag: tag.to_owned(),
@@ -324,10 +390,9 @@ impl Builder {
                     }));
                 }
                 None => {
-                    repo.by_tag.insert(tag.into(), index);
-                    repo.digests[index].tags.push(tag.into());
+                    repo.push_tag(index, tag);
                     self.tag_origins
-                        .insert((repository.into(), tag.into()), origin.clone());
+                        .insert((repo.name.clone(), tag.into()), origin.clone());
                 }
             }
         }
@@ -356,14 +421,16 @@ impl Builder {
             return Ok(());
         }
         let repo = self.list.repos.get_mut(repository);
-        let Some(index) = repo.as_ref().and_then(|r| r.by_digest.get(digest).copied()) else {
+        let Some(index) = repo.as_ref().and_then(|r| r.find_digest(digest)) else {
             return Err(Box::new(Conflict::RewriteToNotPromoted {
                 repository: repository.to_owned(),
                 digest: digest.to_owned(),
             }));
         };
-        repo.expect("checked above").rewrite_to = Some(index);
-        self.rewrite_origins.insert(repository.into(), origin.clone());
+        let repo = repo.expect("checked above");
+        repo.rewrite_to = Some(index);
+        let name = repo.name.clone();
+        self.rewrite_origins.insert(name, origin.clone());
         Ok(())
     }
 
@@ -422,7 +489,16 @@ impl Builder {
 
     /// The finished allowlist.
     pub fn build(self) -> Allowlist {
-        self.list
+        let mut list = self.list;
+        let mut basenames: Vec<(u64, u32)> = list
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (basename_hash(name), u32::try_from(i).unwrap_or(u32::MAX)))
+            .collect();
+        basenames.sort_unstable();
+        list.basenames = basenames;
+        list
     }
 }
 
@@ -462,6 +538,27 @@ mod tests {
             &*list.candidates("quay.io/x/y").default_target().unwrap().digest,
             d('b')
         );
+    }
+
+    #[test]
+    fn lookups_agree_before_and_after_the_hash_index() {
+        let mut b = Builder::default();
+        let digests: Vec<String> = (0..20).map(|i| format!("sha256:{i:064x}")).collect();
+        for (i, d) in digests.iter().enumerate() {
+            let tag = format!("v{i}");
+            b.promote("quay.io/x/y", d, &[&tag], &origin(i)).unwrap();
+            // Re-promoting is idempotent, with the index or without.
+            b.promote("quay.io/x/y", d, &[&tag], &origin(i)).unwrap();
+        }
+        let list = b.build();
+        let repo = list.repository("quay.io/x/y").unwrap();
+        assert!(repo.index.is_some());
+        assert_eq!(repo.digests.len(), 20);
+        for (i, d) in digests.iter().enumerate() {
+            assert!(repo.is_promoted(d));
+            assert_eq!(&*repo.digest_for_tag(&format!("v{i}")).unwrap().digest, d.as_str());
+        }
+        assert!(!repo.is_promoted(&format!("sha256:{:064x}", 99)));
     }
 
     #[test]
@@ -509,7 +606,7 @@ mod tests {
         b.promote("quay.io/opendatahub/ovms-1", &d('a'), &[], &origin(1))
             .unwrap();
         let list = b.build();
-        assert_eq!(list.similar("ovms-1"), &["quay.io/opendatahub/ovms-1".into()]);
+        assert_eq!(list.similar("ovms-1"), ["quay.io/opendatahub/ovms-1"]);
         assert!(list.similar("ovms").is_empty());
     }
 }

@@ -78,6 +78,11 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     #[error("the allowlist cannot be used:\n{0}")]
     Allowlist(String),
+    #[error("cannot start the reload thread: {source}")]
+    Thread {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -175,14 +180,17 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             provider,
         )),
     );
-    tokio::spawn(reloader.run(config.reload_interval, drain_rx.clone()));
+    reloader
+        .spawn(config.reload_interval, drain_rx.clone())
+        .map_err(|source| ServerError::Thread { source })?;
 
     let admin_task = tokio::spawn(serve_admin(admin, admin_router(state.clone()), drain_rx.clone()));
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
     let webhook_state = state.clone();
     let (done_tx, done) = watch::channel(false);
     tokio::spawn(async move {
-        serve_webhook(webhook, acceptor, webhook_state, &config, drain_rx).await;
+        let router = webhook_router(webhook_state.clone());
+        serve_tls(webhook, acceptor, router, webhook_state, &config, drain_rx).await;
         admin_task.abort();
         let _ = done_tx.send(true);
     });
@@ -206,9 +214,13 @@ async fn serve_admin(listener: TcpListener, router: axum::Router, mut drain: wat
         .await;
 }
 
-async fn serve_webhook(
+/// Serves `router` over TLS on `listener` until `drain` fires, then finishes
+/// in-flight requests within the grace period. Public so the load
+/// benchmark's baseline webhook runs the very same connection handling.
+pub async fn serve_tls(
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    router: axum::Router,
     state: Arc<State>,
     config: &Config,
     mut drain: watch::Receiver<bool>,
@@ -223,7 +235,7 @@ async fn serve_webhook(
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(256);
-    let service = TowerToHyperService::new(webhook_router(state.clone()));
+    let service = TowerToHyperService::new(router);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(config.max_connections));
 

@@ -2,14 +2,20 @@
 //!
 //! Mounted ConfigMaps and Secrets change by an atomic swap of the `..data`
 //! symlink, not by a write to the file, so watching the file's inode misses
-//! updates. Instead every source is re-read on an interval and compared by
-//! content; only a change is parsed, and only a parse that succeeds replaces
-//! what is in force. A failure is logged and counted once per distinct
-//! content, and readiness stays green: the last good state keeps serving.
+//! updates. Instead every source is stat'ed on an interval, following
+//! symlinks: a swap shows up as a new inode, an edit as a new size or mtime.
+//! Only then is the content read, and only a change of content is parsed; only
+//! a parse that succeeds replaces what is in force. Every few polls the content
+//! is compared even without a stat change, in case an edit kept size and mtime.
+//! A failure is logged and counted once per distinct content, and readiness
+//! stays green: the last good state keeps serving.
+//!
+//! Polling runs on its own thread: reading a large allowlist never competes
+//! with reviews for the runtime's workers.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +25,9 @@ use super::http::State;
 use super::tls::{self, CertStore};
 use crate::allowlist::{self, Loaded, Source};
 use crate::policy::{Policy, Unlisted};
+
+/// Polls between content checks that no stat change triggered.
+const FORCED_CHECK_EVERY: u32 = 30;
 
 /// The TLS files a server watches.
 #[derive(Debug, Clone)]
@@ -33,13 +42,38 @@ pub struct Reloader {
     allowlists: Vec<PathBuf>,
     certs: Option<(CertFiles, Arc<CertStore>, Arc<CryptoProvider>)>,
     allowlist_seen: Option<u64>,
+    allowlist_stat: Option<u64>,
     cert_seen: Option<u64>,
+    cert_stat: Option<u64>,
+    polls: u32,
 }
 
 fn fingerprint<T: Hash>(value: &T) -> u64 {
     let mut h = DefaultHasher::new();
     value.hash(&mut h);
     h.finish()
+}
+
+/// Identity, size and modification time of each file, symlinks followed; or
+/// the error, so a missing file is a state of its own.
+fn stat_of(files: &[&Path]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut h = DefaultHasher::new();
+    for f in files {
+        f.hash(&mut h);
+        match std::fs::metadata(f) {
+            Ok(m) => (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()).hash(&mut h),
+            Err(e) => e.kind().hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+fn allowlist_stat(paths: &[PathBuf]) -> u64 {
+    match allowlist::source_files(paths) {
+        Ok(files) => stat_of(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>()),
+        Err(e) => fingerprint(&e.to_string()),
+    }
 }
 
 /// Refuses an allowlist that would deny every image: on a reload that is
@@ -71,10 +105,8 @@ fn parse(sources: &[Source], policy: &Policy) -> Result<Loaded, String> {
     Ok(loaded)
 }
 
-/// Reads the key pair files, with the fingerprint of what was read.
 fn read_certs(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let cert =
-        std::fs::read(&files.cert).map_err(|e| format!("cannot read {}: {e}", files.cert.display()))?;
+    let cert = std::fs::read(&files.cert).map_err(|e| format!("cannot read {}: {e}", files.cert.display()))?;
     let key = std::fs::read(&files.key).map_err(|e| format!("cannot read {}: {e}", files.key.display()))?;
     Ok((cert, key))
 }
@@ -93,25 +125,39 @@ impl Reloader {
             .as_ref()
             .and_then(|(files, _, _)| read_certs(files).ok())
             .map(|pair| fingerprint(&pair));
+        let cert_stat = certs
+            .as_ref()
+            .map(|(files, _, _)| stat_of(&[&files.cert, &files.key]));
+        let allowlist_stat = Some(allowlist_stat(&allowlists));
         Self {
             state,
             allowlists,
             certs,
             allowlist_seen: Some(allowlist_seen),
+            allowlist_stat,
             cert_seen,
+            cert_stat,
+            polls: 0,
         }
     }
 
     /// Checks every source once.
     pub fn poll(&mut self) {
-        self.poll_allowlist();
-        self.poll_certificate();
+        self.polls = self.polls.wrapping_add(1);
+        let forced = self.polls % FORCED_CHECK_EVERY == 0;
+        self.poll_allowlist(forced);
+        self.poll_certificate(forced);
     }
 
-    fn poll_allowlist(&mut self) {
+    fn poll_allowlist(&mut self, forced: bool) {
         if self.allowlists.is_empty() {
             return;
         }
+        let stat = allowlist_stat(&self.allowlists);
+        if !forced && self.allowlist_stat == Some(stat) {
+            return;
+        }
+        self.allowlist_stat = Some(stat);
         let (seen, result) = load_allowlist(&self.allowlists, &self.state.policy);
         if self.allowlist_seen == Some(seen) {
             return;
@@ -119,10 +165,7 @@ impl Reloader {
         self.allowlist_seen = Some(seen);
         match result {
             Ok(loaded) => {
-                let (repos, digests) = (
-                    loaded.allowlist.repository_count(),
-                    loaded.allowlist.digest_count(),
-                );
+                let (repos, digests) = (loaded.allowlist.repository_count(), loaded.allowlist.digest_count());
                 for w in &loaded.warnings {
                     tracing::warn!(warning = %w, "allowlist entry skipped");
                 }
@@ -137,10 +180,13 @@ impl Reloader {
         }
     }
 
-    fn poll_certificate(&mut self) {
-        let Some((files, store, provider)) = &self.certs else {
+    fn poll_certificate(&mut self, forced: bool) {
+        let Some((files, store, provider)) = &self.certs else { return };
+        let stat = stat_of(&[&files.cert, &files.key]);
+        if !forced && self.cert_stat == Some(stat) {
             return;
-        };
+        }
+        self.cert_stat = Some(stat);
         let (seen, result) = match read_certs(files) {
             Ok(pair) => {
                 let seen = fingerprint(&pair);
@@ -167,29 +213,29 @@ impl Reloader {
         }
     }
 
-    /// Polls every `interval` until `stop` fires.
-    pub async fn run(mut self, interval: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = stop.changed() => return,
-            }
-            // File reads and parsing block; keep them off the request threads.
-            self = match tokio::task::spawn_blocking(move || {
-                self.poll();
-                self
-            })
-            .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "reload task failed; reloads stop");
-                    return;
+    /// Polls every `interval` on a thread of its own until `stop` turns true.
+    pub fn spawn(
+        mut self,
+        interval: Duration,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("digest-gate-reload".into())
+            .spawn(move || {
+                // Short naps, so a drain stops the thread promptly.
+                let nap = interval.min(Duration::from_millis(100));
+                let mut slept = Duration::ZERO;
+                loop {
+                    if *stop.borrow() {
+                        return;
+                    }
+                    std::thread::sleep(nap);
+                    slept += nap;
+                    if slept >= interval {
+                        slept = Duration::ZERO;
+                        self.poll();
+                    }
                 }
-            };
-        }
+            })
     }
 }

@@ -1,0 +1,48 @@
+//! A fixed workload for profilers: answers the ModelMesh runtime pod's review
+//! N times (and parses its images N times), with nothing else running.
+//!
+//!   cargo build --release --example profile_review
+//!   valgrind --tool=callgrind target/release/examples/profile_review 2000
+//!   callgrind_annotate callgrind.out.* | head -40
+
+use digest_gate::admission::{self, Endpoint};
+use digest_gate::allowlist;
+use digest_gate::policy::Policy;
+use serde_json::{Value, json};
+
+const POD: &str = include_str!("../bench/modelmesh-pod.json");
+const PROMOTED: &str = include_str!("../bench/modelmesh-promoted.txt");
+
+fn main() {
+    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let list = allowlist::load_text("promoted.txt", PROMOTED).unwrap().allowlist;
+    let policy = Policy::default();
+    let pod: Value = serde_json::from_str(POD).unwrap();
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "demo-models", "operation": "CREATE", "userInfo": {"username": "x"},
+                    "object": pod, "dryRun": false}
+    }))
+    .unwrap();
+    let mut bytes = 0;
+    for _ in 0..n {
+        bytes += admission::answer(Endpoint::Mutate, &body, &policy, &list).unwrap().body.len();
+    }
+    // The decision alone, on the already-decoded object.
+    let mut allowed = 0;
+    for _ in 0..n {
+        let r = digest_gate::review::review(&pod, None, &policy, &list);
+        allowed += usize::from(r.verdict == digest_gate::policy::Verdict::Allow);
+    }
+    println!("{allowed} decisions allowed");
+    let images: Vec<&str> = PROMOTED.lines().filter(|l| !l.starts_with('#')).collect();
+    let mut ok = 0;
+    for _ in 0..n {
+        for image in &images {
+            ok += usize::from(digest_gate::reference::parse(image).is_ok());
+        }
+    }
+    println!("{bytes} bytes answered, {ok} references parsed");
+}
