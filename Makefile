@@ -39,9 +39,12 @@ build:
 # Benchmarks are not part of `make test`; see BENCHMARKS.md.
 bench:
 	$(CARGO) bench --locked --bench admission
+	$(PYTHON) bench/plot_criterion.py
 
 bench-load: tools
 	$(PYTHON) bench/load.py
+	mkdir -p bench/results
+	cp target/bench-load/report.md target/bench-load/results.json target/bench-load/latency.svg bench/results/
 
 release:
 	$(CARGO) build --release --locked

@@ -35,25 +35,38 @@ fn fake_digest(i: usize) -> String {
 fn allowlist_text(extra: usize) -> String {
     let mut text = String::from(PROMOTED);
     for i in 0..extra {
-        text.push_str(&format!("registry.example.com/team-{}/model-server-{i}:v{i}@{}\n", i % 97, fake_digest(i)));
+        text.push_str(&format!(
+            "registry.example.com/team-{}/model-server-{i}:v{i}@{}\n",
+            i % 97,
+            fake_digest(i)
+        ));
     }
     text
 }
 
 fn allowlist(extra: usize) -> Allowlist {
-    allowlist::load_text("bench.txt", &allowlist_text(extra)).unwrap().allowlist
+    allowlist::load_text("bench.txt", &allowlist_text(extra))
+        .unwrap()
+        .allowlist
 }
 
 /// data.promoted for the Rego policy, from the same allowlist.
 fn rego_data(list: &Allowlist) -> Value {
     let mut promoted = serde_json::Map::new();
     for repo in list.repositories() {
-        let digests: serde_json::Map<String, Value> =
-            repo.digests.iter().map(|p| (p.digest.to_string(), Value::Bool(true))).collect();
+        let digests: serde_json::Map<String, Value> = repo
+            .digests
+            .iter()
+            .map(|p| (p.digest.to_string(), Value::Bool(true)))
+            .collect();
         let tags: serde_json::Map<String, Value> = repo
             .digests
             .iter()
-            .flat_map(|p| p.tags.iter().map(move |t| (t.to_string(), Value::String(p.digest.to_string()))))
+            .flat_map(|p| {
+                p.tags
+                    .iter()
+                    .map(move |t| (t.to_string(), Value::String(p.digest.to_string())))
+            })
             .collect();
         promoted.insert(repo.name.to_string(), json!({"digests": digests, "tags": tags}));
     }
@@ -111,9 +124,18 @@ fn serving_runtime(image: &str) -> Value {
 fn bench_reference(c: &mut Criterion) {
     let mut g = c.benchmark_group("reference_parse");
     for (name, image) in [
-        ("digest", "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6"),
-        ("tag_and_digest", "quay.io/modh/openvino_model_server:2023.1@sha256:53b7fcf95de9b81e4c8652d0bf4e84e22d5b696827a5d951d863420c68b9cfe8"),
-        ("tag", "quay.io/modh/odh-openvino-servingruntime-container:v1.19.0-18"),
+        (
+            "digest",
+            "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6",
+        ),
+        (
+            "tag_and_digest",
+            "quay.io/modh/openvino_model_server:2023.1@sha256:53b7fcf95de9b81e4c8652d0bf4e84e22d5b696827a5d951d863420c68b9cfe8",
+        ),
+        (
+            "tag",
+            "quay.io/modh/odh-openvino-servingruntime-container:v1.19.0-18",
+        ),
         ("short", "ovms-1:replace"),
     ] {
         g.bench_function(name, |b| b.iter(|| reference::parse(black_box(image)).is_ok()));
@@ -152,12 +174,15 @@ fn bench_review_response(c: &mut Criterion) {
     let list = allowlist(10_000);
     let policy = Policy::default();
     let mut rewrite_pod = pod();
-    rewrite_pod["spec"]["containers"][3]["image"] =
-        json!(format!("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEVER_PROMOTED}"));
+    rewrite_pod["spec"]["containers"][3]["image"] = json!(format!(
+        "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEVER_PROMOTED}"
+    ));
     let promoted_sr = serving_runtime(
         "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6",
     );
-    let rewrite_sr = serving_runtime(&format!("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEVER_PROMOTED}"));
+    let rewrite_sr = serving_runtime(&format!(
+        "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEVER_PROMOTED}"
+    ));
     let mut g = c.benchmark_group("review_response");
     for (name, object) in [
         ("modelmesh_pod_allow", pod()),
@@ -168,7 +193,12 @@ fn bench_review_response(c: &mut Criterion) {
         let body = review_body(&object);
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(name, |b| {
-            b.iter(|| admission::answer(Endpoint::Mutate, black_box(&body), &policy, &list).unwrap().body.len())
+            b.iter(|| {
+                admission::answer(Endpoint::Mutate, black_box(&body), &policy, &list)
+                    .unwrap()
+                    .body
+                    .len()
+            })
         });
     }
     // The JSON work alone (decode the review, encode a bare answer): the
@@ -178,8 +208,10 @@ fn bench_review_response(c: &mut Criterion) {
         b.iter(|| {
             let v: Value = serde_json::from_slice(black_box(&body)).unwrap();
             let uid = v["request"]["uid"].as_str().unwrap_or_default();
-            serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                       "response": {"uid": uid, "allowed": true}}))
+            serde_json::to_vec(
+                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                       "response": {"uid": uid, "allowed": true}}),
+            )
             .unwrap()
             .len()
         })
@@ -189,7 +221,9 @@ fn bench_review_response(c: &mut Criterion) {
 
 fn rego_engine(list: &Allowlist) -> regorus::Engine {
     let mut engine = regorus::Engine::new();
-    engine.add_policy("promoted_digests.rego".into(), REGO.into()).unwrap();
+    engine
+        .add_policy("promoted_digests.rego".into(), REGO.into())
+        .unwrap();
     engine
         .add_data(regorus::Value::from_json_str(&rego_data(list).to_string()).unwrap())
         .unwrap();
@@ -208,7 +242,10 @@ fn bench_rego(c: &mut Criterion) {
         engine.set_input(input.clone());
         let violations = engine.eval_rule("data.digestgate.violation".into()).unwrap();
         assert_eq!(violations.to_json_str().unwrap(), "[]");
-        assert_eq!(review::review(&p, None, &policy, &list).verdict, digest_gate::policy::Verdict::Allow);
+        assert_eq!(
+            review::review(&p, None, &policy, &list).verdict,
+            digest_gate::policy::Verdict::Allow
+        );
 
         g.bench_with_input(BenchmarkId::new("native", extra), &p, |b, p| {
             b.iter(|| review::review(black_box(p), None, &policy, &list).verdict)

@@ -68,7 +68,11 @@ fn allowed(uid: &str) -> Response {
         response: ResponseOut { uid, allowed: true },
     };
     let json = serde_json::to_vec(&out).expect("serialises");
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response()
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        json,
+    )
+        .into_response()
 }
 
 async fn allow(body: Bytes) -> Response {
@@ -102,7 +106,9 @@ async fn main() {
         .expect("--listen ADDR");
 
     let provider = tls::provider();
-    let store = Arc::new(tls::CertStore::new(tls::load_key_pair(&cert, &key, &provider).expect("key pair")));
+    let store = Arc::new(tls::CertStore::new(
+        tls::load_key_pair(&cert, &key, &provider).expect("key pair"),
+    ));
     let tls_config = tls::server_config(store, None, provider).expect("TLS config");
     let mut config = Config::new(cert, key, Vec::new(), Policy::default());
     config.listen = listen;
@@ -112,7 +118,9 @@ async fn main() {
             .route("/mutate", post(allow_uid_only))
             .route("/validate", post(allow_uid_only))
     } else {
-        Router::new().route("/mutate", post(allow)).route("/validate", post(allow))
+        Router::new()
+            .route("/mutate", post(allow))
+            .route("/validate", post(allow))
     };
     let listener = tokio::net::TcpListener::bind(listen).await.expect("bind");
     eprintln!("null webhook on {listen}");

@@ -2,8 +2,11 @@
 //! N times (and parses its images N times), with nothing else running.
 //!
 //!   cargo build --release --example profile_review
-//!   valgrind --tool=callgrind target/release/examples/profile_review 2000
+//!   valgrind --tool=callgrind target/release/examples/profile_review 2000 [EXTRA_REPOSITORIES]
 //!   callgrind_annotate callgrind.out.* | head -40
+//!
+//! With EXTRA_REPOSITORIES the allowlist gains that many filler entries; the
+//! instructions spent in `review::review` should not change with it.
 
 use digest_gate::admission::{self, Endpoint};
 use digest_gate::allowlist;
@@ -14,8 +17,20 @@ const POD: &str = include_str!("../bench/modelmesh-pod.json");
 const PROMOTED: &str = include_str!("../bench/modelmesh-promoted.txt");
 
 fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let list = allowlist::load_text("promoted.txt", PROMOTED).unwrap().allowlist;
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1000);
+    let extra: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(0);
+    let mut text = String::from(PROMOTED);
+    for i in 0..extra {
+        text.push_str(&format!(
+            "registry.example.com/team-{}/model-server-{i}@sha256:{:064x}\n",
+            i % 97,
+            i as u128 * 0x9E37_79B9_7F4A_7C15
+        ));
+    }
+    let list = allowlist::load_text("promoted.txt", &text).unwrap().allowlist;
     let policy = Policy::default();
     let pod: Value = serde_json::from_str(POD).unwrap();
     let body = serde_json::to_vec(&json!({
@@ -28,7 +43,10 @@ fn main() {
     .unwrap();
     let mut bytes = 0;
     for _ in 0..n {
-        bytes += admission::answer(Endpoint::Mutate, &body, &policy, &list).unwrap().body.len();
+        bytes += admission::answer(Endpoint::Mutate, &body, &policy, &list)
+            .unwrap()
+            .body
+            .len();
     }
     // The decision alone, on the already-decoded object.
     let mut allowed = 0;

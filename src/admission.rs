@@ -120,7 +120,9 @@ struct ObjectIn(Value);
 impl<'de> Deserialize<'de> for ObjectIn {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::DeserializeSeed;
-        objects::Pruned(&objects::OBJECT).deserialize(deserializer).map(ObjectIn)
+        objects::Pruned(&objects::OBJECT)
+            .deserialize(deserializer)
+            .map(ObjectIn)
     }
 }
 

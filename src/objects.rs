@@ -428,11 +428,18 @@ impl Collector<'_> {
             let name = volume.get("name").and_then(Value::as_str);
             match image {
                 Value::Null => {}
-                Value::Object(source) => {
-                    self.image(source.get("reference"), join(&vptr, "reference"), Role::Volume, name)
-                }
+                Value::Object(source) => self.image(
+                    source.get("reference"),
+                    join(&vptr, "reference"),
+                    Role::Volume,
+                    name,
+                ),
                 other => {
-                    let reason = format!("{} must be a mapping, found {}", field_path(&vptr), type_name(other));
+                    let reason = format!(
+                        "{} must be a mapping, found {}",
+                        field_path(&vptr),
+                        type_name(other)
+                    );
                     self.sites.push(structure(&vptr, reason));
                 }
             }
@@ -932,9 +939,12 @@ mod prune_tests {
                      "nodeName": "n", "volumes": [{"name": "v", "configMap": {"name": "cm"}}]},
             "status": {"phase": "Pending"}});
         let p = pruned(&pod);
-        assert_eq!(p, serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        assert_eq!(
+            p,
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "annotations": {"k": "v"}},
-            "spec": {"containers": [{"name": "c", "image": "q.io/x:1"}], "volumes": [{"name": "v"}]}}));
+            "spec": {"containers": [{"name": "c", "image": "q.io/x:1"}], "volumes": [{"name": "v"}]}})
+        );
         same_walk(&pod);
     }
 
@@ -948,22 +958,45 @@ mod prune_tests {
 
     fn json_value() -> impl Strategy<Value = Value> {
         let key = prop_oneof![
-            Just("containers"), Just("initContainers"), Just("image"), Just("name"), Just("spec"),
-            Just("template"), Just("volumes"), Just("reference"), Just("workerSpec"), Just("objects"),
-            Just("kind"), Just("apiVersion"), Just("predictor"), Just("model"), Just("data"), Just("other"),
+            Just("containers"),
+            Just("initContainers"),
+            Just("image"),
+            Just("name"),
+            Just("spec"),
+            Just("template"),
+            Just("volumes"),
+            Just("reference"),
+            Just("workerSpec"),
+            Just("objects"),
+            Just("kind"),
+            Just("apiVersion"),
+            Just("predictor"),
+            Just("model"),
+            Just("data"),
+            Just("other"),
         ]
         .prop_map(str::to_owned);
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::from),
             any::<i32>().prop_map(Value::from),
-            prop_oneof![Just("Pod"), Just("v1"), Just("Template"), Just("q.io/a:1"), Just("serving.kserve.io/v1alpha1"), Just("ServingRuntime"), Just("apps/v1"), Just("Deployment")]
-                .prop_map(Value::from),
+            prop_oneof![
+                Just("Pod"),
+                Just("v1"),
+                Just("Template"),
+                Just("q.io/a:1"),
+                Just("serving.kserve.io/v1alpha1"),
+                Just("ServingRuntime"),
+                Just("apps/v1"),
+                Just("Deployment")
+            ]
+            .prop_map(Value::from),
         ];
         leaf.prop_recursive(6, 96, 5, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::btree_map(key.clone(), inner, 0..5).prop_map(|m| Value::Object(m.into_iter().collect())),
+                prop::collection::btree_map(key.clone(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
     }

@@ -556,7 +556,10 @@ mod tests {
         assert_eq!(repo.digests.len(), 20);
         for (i, d) in digests.iter().enumerate() {
             assert!(repo.is_promoted(d));
-            assert_eq!(&*repo.digest_for_tag(&format!("v{i}")).unwrap().digest, d.as_str());
+            assert_eq!(
+                &*repo.digest_for_tag(&format!("v{i}")).unwrap().digest,
+                d.as_str()
+            );
         }
         assert!(!repo.is_promoted(&format!("sha256:{:064x}", 99)));
     }

@@ -62,7 +62,16 @@ fn stat_of(files: &[&Path]) -> u64 {
     for f in files {
         f.hash(&mut h);
         match std::fs::metadata(f) {
-            Ok(m) => (m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()).hash(&mut h),
+            Ok(m) => (
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            )
+                .hash(&mut h),
             Err(e) => e.kind().hash(&mut h),
         }
     }
@@ -106,7 +115,8 @@ fn parse(sources: &[Source], policy: &Policy) -> Result<Loaded, String> {
 }
 
 fn read_certs(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let cert = std::fs::read(&files.cert).map_err(|e| format!("cannot read {}: {e}", files.cert.display()))?;
+    let cert =
+        std::fs::read(&files.cert).map_err(|e| format!("cannot read {}: {e}", files.cert.display()))?;
     let key = std::fs::read(&files.key).map_err(|e| format!("cannot read {}: {e}", files.key.display()))?;
     Ok((cert, key))
 }
@@ -165,7 +175,10 @@ impl Reloader {
         self.allowlist_seen = Some(seen);
         match result {
             Ok(loaded) => {
-                let (repos, digests) = (loaded.allowlist.repository_count(), loaded.allowlist.digest_count());
+                let (repos, digests) = (
+                    loaded.allowlist.repository_count(),
+                    loaded.allowlist.digest_count(),
+                );
                 for w in &loaded.warnings {
                     tracing::warn!(warning = %w, "allowlist entry skipped");
                 }
@@ -181,7 +194,9 @@ impl Reloader {
     }
 
     fn poll_certificate(&mut self, forced: bool) {
-        let Some((files, store, provider)) = &self.certs else { return };
+        let Some((files, store, provider)) = &self.certs else {
+            return;
+        };
         let stat = stat_of(&[&files.cert, &files.key]);
         if !forced && self.cert_stat == Some(stat) {
             return;
