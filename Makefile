@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test fmt-check clippy unit chart-test tools build release clean bench bench-load
+.PHONY: test fmt-check clippy unit chart-test tools build release clean bench bench-load soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -40,6 +40,19 @@ build:
 bench:
 	$(CARGO) bench --locked --bench admission
 	$(PYTHON) bench/plot_criterion.py
+
+# A 60-second soak at a steady rate; see SECURITY.md and BENCHMARKS.md.
+soak: tools
+	$(PYTHON) bench/soak.py
+
+# libFuzzer via cargo fuzz (installed on first use), FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	for t in reference review manifest; do \
+		mkdir -p fuzz/corpus/$$t && cp -n fuzz/seeds/$$t/* fuzz/corpus/$$t/ 2>/dev/null; \
+		(cd fuzz && $(CARGO) fuzz run $$t --sanitizer none -- -max_total_time=$(FUZZ_SECONDS)) || exit 1; \
+	done
 
 bench-load: tools
 	$(PYTHON) bench/load.py

@@ -463,12 +463,23 @@ fn rewrite_warning(i: &ImageReview) -> String {
     fit(&text)
 }
 
-/// Keeps a warning within [`MAX_WARNING_LEN`] characters.
+/// Keeps a warning within [`MAX_WARNING_LEN`] characters on one line: the
+/// container name in it comes from the request.
 fn fit(text: &str) -> String {
-    if text.chars().count() <= MAX_WARNING_LEN {
-        return text.to_owned();
+    let clean: String = text
+        .chars()
+        .flat_map(|c| -> Box<dyn Iterator<Item = char>> {
+            if c.is_control() {
+                Box::new(c.escape_default())
+            } else {
+                Box::new(std::iter::once(c))
+            }
+        })
+        .collect();
+    if clean.chars().count() <= MAX_WARNING_LEN {
+        return clean;
     }
-    let mut s: String = text.chars().take(MAX_WARNING_LEN - 1).collect();
+    let mut s: String = clean.chars().take(MAX_WARNING_LEN - 1).collect();
     s.push('…');
     s
 }
@@ -791,6 +802,75 @@ mod tests {
         assert_eq!(bad(no_uid), BadReview::NoUid);
         let wrong_type = br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 7, "kind": {"kind": "Pod"}, "operation": "CREATE"}}"#;
         assert!(matches!(bad(wrong_type), BadReview::Decode(m) if m.contains("invalid type")));
+    }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+            Just(json!("CREATE")),
+            Just(json!("UPDATE")),
+            Just(json!(format!("{REPO}@{BAD}"))),
+            Just(json!(format!("{REPO}:v1.21.0-15"))),
+        ];
+        leaf.prop_recursive(4, 48, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    "(containers|image|name|spec|metadata|kind|\\PC{0,6})",
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Arbitrary JSON in every field of a review: never a panic, and any
+        /// patch, once applied, leaves nothing more to rewrite.
+        #[test]
+        fn any_review_gets_an_answer_and_patches_settle(
+            fields in proptest::collection::vec(any_json(), 8),
+            keep in proptest::collection::vec(proptest::bool::ANY, 8),
+            image_a in any_json(),
+        ) {
+            let mut object = pod(&format!("{REPO}@{BAD}"));
+            object["spec"]["containers"][0]["image"] = image_a;
+            let mut request = serde_json::from_slice::<Value>(&review_of("CREATE", object, None)).unwrap()["request"].take();
+            for (i, key) in ["uid", "kind", "operation", "object", "oldObject", "dryRun", "namespace", "subResource"].iter().enumerate() {
+                if !keep[i] {
+                    request[*key] = fields[i].clone();
+                }
+            }
+            let body = serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request.clone()})).unwrap();
+            let list = allowlist();
+            if let Ok(answer) = answer(Endpoint::Mutate, &body, &Policy::default(), &list) {
+                let v: Value = serde_json::from_slice(&answer.body).unwrap();
+                proptest::prop_assert_eq!(&v["apiVersion"], API_VERSION);
+                if let Some(p) = v["response"]["patch"].as_str() {
+                    let ops: json_patch::Patch = serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap()).unwrap();
+                    let mut patched = request["object"].clone();
+                    proptest::prop_assert!(json_patch::patch(&mut patched, &ops).is_ok());
+                    request["object"] = patched;
+                    let again = serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request})).unwrap();
+                    let second = answer_value(&again, &list);
+                    proptest::prop_assert!(second["response"].get("patch").is_none(), "{}", second);
+                }
+            }
+        }
+    }
+
+    fn answer_value(body: &[u8], list: &Allowlist) -> Value {
+        serde_json::from_slice(
+            &answer(Endpoint::Mutate, body, &Policy::default(), list)
+                .unwrap()
+                .body,
+        )
+        .unwrap()
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! mode turns that into a [`Verdict`]. Every denial carries what the developer
 //! needs to fix it: the promoted reference to use, or the candidates.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -321,6 +322,55 @@ fn suggestions(r: &Reference<'_>, allowlist: &Allowlist) -> Vec<String> {
     out
 }
 
+/// Longest image shown whole in a message.
+const MAX_SHOWN_IMAGE: usize = 200;
+/// Longest message about one image.
+const MAX_MESSAGE: usize = 2048;
+
+/// An image as messages show it: shortened in the middle when very long,
+/// control characters escaped.
+fn shown(image: &str) -> Cow<'_, str> {
+    let long = image.chars().count() > MAX_SHOWN_IMAGE;
+    if !long && !image.contains(|c: char| c.is_control()) {
+        return Cow::Borrowed(image);
+    }
+    let escape = |c: char| -> String {
+        if c.is_control() {
+            c.escape_default().collect()
+        } else {
+            c.to_string()
+        }
+    };
+    if !long {
+        return Cow::Owned(image.chars().map(escape).collect());
+    }
+    let head: String = image.chars().take(120).map(escape).collect();
+    let tail: Vec<char> = image.chars().rev().take(40).collect();
+    let tail: String = tail.into_iter().rev().map(escape).collect();
+    Cow::Owned(format!("{head}…{tail} ({} bytes)", image.len()))
+}
+
+/// Caps a message and escapes control characters anywhere in it (container
+/// names and reference errors echo input too).
+fn tidy(message: String) -> String {
+    if message.len() <= MAX_MESSAGE && !message.contains(|c: char| c.is_control()) {
+        return message;
+    }
+    let mut out = String::with_capacity(MAX_MESSAGE + 8);
+    for c in message.chars() {
+        if out.len() >= MAX_MESSAGE {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `sha256:` and the first 12 hex characters.
 pub fn short_digest(digest: &str) -> &str {
     // "sha256:" + 12 hex characters, enough to tell digests apart by eye.
@@ -382,8 +432,14 @@ impl Decision {
     }
 
     /// Why this verdict, for people: names `what` (e.g. `container "ovms"`),
-    /// the image, and what to do.
+    /// the image, and what to do. Hostile input stays harmless here: long
+    /// images are shortened in the middle and control characters escaped, so
+    /// neither a denial nor a log line can be flooded or split.
     pub fn message(&self, what: &str, image: &str) -> String {
+        tidy(self.message_raw(what, &shown(image)))
+    }
+
+    fn message_raw(&self, what: &str, image: &str) -> String {
         let core = self.finding.explain(image);
         match (self.mode, &self.finding) {
             (Mode::Enforce, Finding::Rewrite { .. }) => {
@@ -786,6 +842,22 @@ spec:
                 .verdict,
             Verdict::Deny
         );
+    }
+
+    #[test]
+    fn hostile_images_make_short_single_line_messages() {
+        let list = allowlist();
+        let p = Policy::default();
+        let long = format!("quay.io/{}", "a".repeat(100_000));
+        let m = p.decide("Pod", &long, &list).message("container \"c\"", &long);
+        assert!(m.len() < 3000, "{}", m.len());
+        assert!(m.contains("(100008 bytes)"), "{m}");
+        let evil = "quay.io/x:1\n{\"level\":\"forged\"}\u{1b}[2J";
+        let m = p
+            .decide("Pod", evil, &list)
+            .message("container \"c\ninjected\"", evil);
+        assert!(!m.contains(|c: char| c.is_control()), "{m:?}");
+        assert!(m.contains("\\n"), "{m}");
     }
 
     #[test]

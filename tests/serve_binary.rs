@@ -235,3 +235,60 @@ async fn audit_mode_may_start_from_an_empty_allowlist_and_exemptions_apply() {
     signal(&s.child, "-TERM");
     assert_eq!(wait_exit(&mut s.child, Duration::from_secs(15)).0, 0);
 }
+
+#[tokio::test]
+async fn logs_show_failed_reloads_but_never_request_bodies() {
+    let dir = scratch("logs-list");
+    std::fs::copy(root().join("examples/allowlist.yaml"), dir.join("allowlist.yaml")).unwrap();
+    let list = dir.display().to_string();
+    let mut s = spawn("logs", &["--allowlist", &list, "--reload-interval", "100ms"]);
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "app", "image": "quay.io/team/app:1",
+         "env": [{"name": "API_TOKEN", "value": "s3cr3t-token-value"}]}]}});
+    let stream = connect_named(s.webhook, &s.ca_pem, "localhost", &[b"http/1.1"], None)
+        .await
+        .unwrap();
+    let mut client = Client::http1(stream).await;
+    let answer = client
+        .review("/mutate", &review("logs", "CREATE", &pod, None))
+        .await;
+    assert_eq!(answer["response"]["allowed"], false);
+    std::fs::write(
+        dir.join("allowlist.yaml"),
+        "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec: [\n",
+    )
+    .unwrap();
+    let mut failed = false;
+    eventually(
+        "the failed reload to be counted",
+        Duration::from_secs(10),
+        async || {
+            failed = admin_get(s.admin, "/metrics")
+                .await
+                .1
+                .contains("digest_gate_reloads_total{source=\"allowlist\",result=\"failure\"} 1");
+            failed
+        },
+    )
+    .await;
+    signal(&s.child, "-TERM");
+    let (code, stderr) = wait_exit(&mut s.child, Duration::from_secs(15));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("allowlist reload failed; the last good allowlist stays in force"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("not valid YAML"),
+        "the reason is logged: {stderr}"
+    );
+    assert!(
+        stderr.contains("quay.io/team/app:1"),
+        "the decision names the image: {stderr}"
+    );
+    assert!(
+        !stderr.contains("s3cr3t-token-value"),
+        "request bodies are not logged"
+    );
+    assert!(!stderr.contains("API_TOKEN"), "request bodies are not logged");
+}

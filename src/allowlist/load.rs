@@ -950,6 +950,53 @@ mod tests {
         assert!(errs[0].line.is_some());
     }
 
+    use proptest::prelude::*;
+
+    fn yamlish() -> impl Strategy<Value = String> {
+        let token = prop_oneof![
+            Just("apiVersion: digest-gate.dev/v1alpha1\n".to_owned()),
+            Just("kind: Allowlist\n".to_owned()),
+            Just("kind: ClusterServiceVersion\n".to_owned()),
+            Just("kind: ImageSetConfiguration\n".to_owned()),
+            Just("spec:\n".to_owned()),
+            Just("  repositories:\n".to_owned()),
+            Just("    - name: quay.io/x/y\n".to_owned()),
+            Just(
+                "      digests: [sha256:0000000000000000000000000000000000000000000000000000000000000000]\n"
+                    .to_owned()
+            ),
+            Just("      rewriteTo: sha256:1\n".to_owned()),
+            Just("  mirrors: [{source: quay.io, mirrors: [x]}]\n".to_owned()),
+            Just("  exemptImages: [\"**\", 3, null]\n".to_owned()),
+            Just("  relatedImages: [{image: 7}]\n".to_owned()),
+            Just("mirror: {additionalImages: [{name: [1]}]}\n".to_owned()),
+            Just("---\n".to_owned()),
+            Just("&a [*a]\n".to_owned()),
+            "[ -~]{0,40}\n",
+        ];
+        prop::collection::vec(token, 0..12).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn loaders_never_panic_on_any_text(text in "\\PC{0,400}") {
+            let _ = load_text("fuzz.txt", &text);
+        }
+
+        #[test]
+        fn loaders_never_panic_on_allowlist_shaped_yaml(text in yamlish()) {
+            match load_text("fuzz.yaml", &text) {
+                Ok(loaded) => {
+                    // Whatever loads converts and loads again the same.
+                    let yaml = crate::allowlist::to_native_yaml(&loaded.allowlist, "fuzz", &[]);
+                    let again = load_text("again.yaml", &yaml).unwrap();
+                    prop_assert_eq!(again.allowlist.digest_count(), loaded.allowlist.digest_count());
+                }
+                Err(errors) => prop_assert!(!errors.0.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn dotted_paths_read_like_yaml() {
         assert_eq!(

@@ -243,11 +243,11 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
     }
     tracing::info!(
         endpoint = endpoint.as_str(),
-        uid = %answer.uid,
-        namespace = %answer.namespace,
-        kind = %answer.kind,
-        name = %answer.name,
-        operation = %answer.operation,
+        uid = %loggable(&answer.uid),
+        namespace = %loggable(&answer.namespace),
+        kind = %loggable(&answer.kind),
+        name = %loggable(&answer.name),
+        operation = %loggable(&answer.operation),
         dry_run = answer.dry_run,
         verdict = answer.verdict,
         images = answer.images.len(),
@@ -261,6 +261,18 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         answer.body,
     )
         .into_response()
+}
+
+/// A request-supplied string as a log field: one line, bounded.
+fn loggable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= 253 && !s.contains(|c: char| c.is_control()) {
+        return s.into();
+    }
+    let mut out: String = s.chars().take(253).flat_map(char::escape_default).collect();
+    if s.chars().count() > 253 {
+        out.push('…');
+    }
+    out.into()
 }
 
 async fn readyz(Extract(state): Extract<Arc<State>>) -> Response {

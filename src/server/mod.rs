@@ -99,6 +99,7 @@ pub struct Running {
     pub state: Arc<State>,
     drain: watch::Sender<bool>,
     done: watch::Receiver<bool>,
+    admin: tokio::task::AbortHandle,
 }
 
 impl Running {
@@ -107,6 +108,12 @@ impl Running {
     pub fn drain(&self) {
         self.state.ready.drain();
         let _ = self.drain.send(true);
+    }
+
+    /// Stops the admin listener only (probes and metrics go dark; reviews go
+    /// on). For fault injection: the webhook must not depend on it.
+    pub fn stop_admin(&self) {
+        self.admin.abort();
     }
 
     /// Waits until the server has stopped.
@@ -185,6 +192,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         .map_err(|source| ServerError::Thread { source })?;
 
     let admin_task = tokio::spawn(serve_admin(admin, admin_router(state.clone()), drain_rx.clone()));
+    let admin_abort = admin_task.abort_handle();
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
     let webhook_state = state.clone();
     let (done_tx, done) = watch::channel(false);
@@ -200,6 +208,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         state,
         drain: drain_tx,
         done,
+        admin: admin_abort,
     })
 }
 

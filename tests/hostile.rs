@@ -1,0 +1,365 @@
+//! Malformed and hostile requests. Every one gets a well-formed answer — a
+//! 4xx with a JSON error, or an AdmissionReview (a denial with a reason where
+//! it judged something) — and the server keeps serving the next good review.
+//! Body-level cases go through the router in-process; transport-level ones
+//! (HTTP/1.0, pipelining, plain HTTP or garbage on the TLS port) over real TLS.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::*;
+use digest_gate::allowlist;
+use digest_gate::policy::Policy;
+use digest_gate::server::{self, Config, State};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::ServiceExt;
+
+const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+
+fn state() -> Arc<State> {
+    let loaded = allowlist::load_paths(&[root().join("examples/allowlist.yaml")]).unwrap();
+    let state = State::new(loaded.allowlist, Policy::default());
+    state.ready.allowlist_loaded();
+    state.ready.certificate_loaded();
+    Arc::new(state)
+}
+
+fn good_object() -> Value {
+    json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+           "metadata": {"name": "ovms", "namespace": "demo-models"},
+           "spec": {"containers": [{"name": "ovms",
+               "image": format!("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEVER_PROMOTED}")}]}})
+}
+
+fn pod(containers: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}})
+}
+
+/// What a case must get back.
+#[derive(Debug)]
+enum Expect {
+    /// An HTTP error with a JSON body.
+    Status(StatusCode),
+    /// An AdmissionReview that denies, with `code` and a message containing this.
+    Deny(u16, &'static str),
+    /// An AdmissionReview that allows.
+    Allow,
+}
+
+fn review_with(request: Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}),
+    )
+    .unwrap()
+}
+
+fn request_for(object: Value) -> Value {
+    let mut r = review("hostile", "CREATE", &object, None);
+    r["request"].take()
+}
+
+fn with(mut request: Value, pointer: &str, value: Value) -> Vec<u8> {
+    *request.pointer_mut(pointer).unwrap() = value;
+    review_with(request)
+}
+
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+fn json_post(body: impl Into<Body>) -> Request<Body> {
+    Request::post("/mutate")
+        .header("content-type", "application/json")
+        .body(body.into())
+        .unwrap()
+}
+
+fn cases() -> Vec<(&'static str, Request<Body>, Expect)> {
+    use Expect::*;
+    let base = request_for(good_object());
+    let big_image = format!("quay.io/{}", "a".repeat(100_000));
+    let many: Vec<Value> = (0..3000)
+        .map(|i| json!({"name": format!("c{i}"), "image": format!("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEVER_PROMOTED}")}))
+        .collect();
+    let deep_object = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"kind":"Pod"}},"operation":"CREATE","object":{{"spec":{{"containers":{}}}}}}}}}"#,
+        nested(100_000)
+    );
+    let deep_ignored = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"kind":"Pod"}},"operation":"CREATE","object":{{"status":{}}}}}}}"#,
+        nested(100_000)
+    );
+    let alias_bomb = {
+        let mut text = String::from("kind: ServingRuntime\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        text
+    };
+    let configmap = |text: String| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "servingruntimes-config"}, "data": {"default-config": text}});
+    let mut annotations = serde_json::Map::new();
+    for i in 0..5000 {
+        annotations.insert(format!("example.com/a{i}"), json!("v"));
+    }
+    annotations.insert("digest-gate.dev/rewritten-images".into(), json!("{not json"));
+    let mut annotated = good_object();
+    annotated["metadata"]["annotations"] = Value::Object(annotations);
+
+    vec![
+        // The body is not JSON, or not an object.
+        ("truncated JSON", json_post(r#"{"apiVersion":"admission.k8s.io/v1","kind":"Adm"#), Status(StatusCode::BAD_REQUEST)),
+        ("not UTF-8", json_post(vec![0x7b, 0xff, 0xfe, 0x7d]), Status(StatusCode::BAD_REQUEST)),
+        ("empty body", json_post(""), Status(StatusCode::BAD_REQUEST)),
+        ("JSON null", json_post("null"), Status(StatusCode::BAD_REQUEST)),
+        ("JSON array", json_post("[]"), Status(StatusCode::BAD_REQUEST)),
+        ("JSON string", json_post("\"AdmissionReview\""), Status(StatusCode::BAD_REQUEST)),
+        ("trailing garbage", json_post(format!("{}xyz", String::from_utf8(review_with(base.clone())).unwrap())), Status(StatusCode::BAD_REQUEST)),
+        ("100,000-deep nesting", json_post(deep_object), Status(StatusCode::BAD_REQUEST)),
+        // Skipped parts are scanned without recursion, so this is simply a Pod
+        // with no containers.
+        ("100,000-deep nesting where nothing is read", json_post(deep_ignored), Allow),
+        // The review envelope is wrong.
+        ("apiVersion v1beta1", json_post(serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": base})).unwrap()), Status(StatusCode::BAD_REQUEST)),
+        ("no apiVersion", json_post(serde_json::to_vec(&json!({"kind": "AdmissionReview", "request": base})).unwrap()), Status(StatusCode::BAD_REQUEST)),
+        ("kind Pod", json_post(serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": base})).unwrap()), Status(StatusCode::BAD_REQUEST)),
+        ("no request", json_post(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#), Status(StatusCode::BAD_REQUEST)),
+        ("request null", json_post(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#), Status(StatusCode::BAD_REQUEST)),
+        ("request a string", json_post(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":"x"}"#), Status(StatusCode::BAD_REQUEST)),
+        ("duplicate uid", json_post(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a","uid":"b","kind":{"kind":"Pod"},"operation":"DELETE"}}"#), Status(StatusCode::BAD_REQUEST)),
+        // Wrong JSON types in the request.
+        ("uid missing", json_post({ let mut r = base.clone(); r.as_object_mut().unwrap().remove("uid"); review_with(r) }), Status(StatusCode::BAD_REQUEST)),
+        ("uid a number", json_post(with(base.clone(), "/uid", json!(42))), Status(StatusCode::BAD_REQUEST)),
+        ("uid empty", json_post(with(base.clone(), "/uid", json!(""))), Status(StatusCode::BAD_REQUEST)),
+        ("request.kind missing", json_post({ let mut r = base.clone(); r.as_object_mut().unwrap().remove("kind"); review_with(r) }), Status(StatusCode::BAD_REQUEST)),
+        ("request.kind a string", json_post(with(base.clone(), "/kind", json!("Pod"))), Status(StatusCode::BAD_REQUEST)),
+        ("operation missing", json_post({ let mut r = base.clone(); r.as_object_mut().unwrap().remove("operation"); review_with(r) }), Status(StatusCode::BAD_REQUEST)),
+        ("operation a number", json_post(with(base.clone(), "/operation", json!(1))), Status(StatusCode::BAD_REQUEST)),
+        ("dryRun a string", json_post(with(base.clone(), "/dryRun", json!("yes"))), Status(StatusCode::BAD_REQUEST)),
+        ("unknown operation", json_post(with(base.clone(), "/operation", json!("PATCH"))), Deny(400, "operation 'PATCH'")),
+        ("object missing on CREATE", json_post({ let mut r = base.clone(); r.as_object_mut().unwrap().remove("object"); review_with(r) }), Deny(400, "must carry request.object")),
+        ("object null on CREATE", json_post(with(base.clone(), "/object", Value::Null)), Deny(400, "must carry request.object")),
+        ("object a list", json_post(with(base.clone(), "/object", json!([1, 2]))), Deny(400, "must be a JSON object")),
+        ("object a string", json_post(with(base.clone(), "/object", json!("pod"))), Deny(400, "must be a JSON object")),
+        ("oldObject a number on UPDATE", json_post({ let mut r = with(base.clone(), "/operation", json!("UPDATE")); let mut v: Value = serde_json::from_slice::<Value>(&r).unwrap(); v["request"]["oldObject"] = json!(7); r = serde_json::to_vec(&v).unwrap(); r }), Allow),
+        // Malformed objects: a denial that says what is wrong.
+        ("containers a string", json_post(review_with(request_for(pod(json!("nginx"))))), Deny(403, "must be a list of containers")),
+        ("containers of numbers", json_post(review_with(request_for(pod(json!([1, 2]))))), Deny(403, "must be a container mapping")),
+        ("image a number", json_post(review_with(request_for(pod(json!([{"name": "c", "image": 3}]))))), Deny(403, "image must be a string")),
+        ("image an object", json_post(review_with(request_for(pod(json!([{"name": "c", "image": {"a": 1}}]))))), Deny(403, "image must be a string")),
+        ("image empty", json_post(review_with(request_for(pod(json!([{"name": "c", "image": ""}]))))), Deny(403, "the image is empty")),
+        ("image 100 KB long", json_post(review_with(request_for(pod(json!([{"name": "c", "image": big_image}]))))), Deny(403, "bytes)")),
+        ("image with control characters", json_post(review_with(request_for(pod(json!([{"name": "c\n\u{1b}[31m", "image": "quay.io/x:1\n\u{0}"}]))))), Deny(403, "white space or a control character")),
+        ("image in another script", json_post(review_with(request_for(pod(json!([{"name": "c", "image": "quay.io/моя/модель:1"}]))))), Deny(403, "not a valid repository path component")),
+        ("3,000 containers", json_post(review_with(request_for(pod(Value::Array(many))))), Allow),
+        ("volumes a mapping", json_post(review_with(request_for(json!({"apiVersion": "v1", "kind": "Pod", "spec": {"volumes": {"a": 1}}})))), Deny(403, "must be a list of volumes")),
+        ("runtime config not YAML", json_post(review_with(request_for(configmap("kind: ServingRuntime\nspec: [\n".into())))), Deny(403, "is not valid YAML")),
+        ("runtime config alias bomb", json_post(review_with(request_for(configmap(alias_bomb)))), Deny(403, "alias bomb")),
+        ("Template objects a string", json_post(review_with(request_for(json!({"apiVersion": "template.openshift.io/v1", "kind": "Template", "objects": "x"})))), Deny(403, "Template objects must be a list")),
+        ("5,000 annotations and a corrupt record", json_post(review_with(request_for(annotated))), Allow),
+        // HTTP-level.
+        ("GET", Request::get("/mutate").body(Body::empty()).unwrap(), Status(StatusCode::METHOD_NOT_ALLOWED)),
+        ("DELETE method", Request::delete("/validate").body(Body::empty()).unwrap(), Status(StatusCode::METHOD_NOT_ALLOWED)),
+        ("unknown path", Request::post("/../etc/passwd").header("content-type", "application/json").body(Body::from("{}")).unwrap(), Status(StatusCode::NOT_FOUND)),
+        ("text/plain", Request::post("/mutate").header("content-type", "text/plain").body(Body::from("{}")).unwrap(), Status(StatusCode::UNSUPPORTED_MEDIA_TYPE)),
+        ("no content type", Request::post("/mutate").body(Body::from("{}")).unwrap(), Status(StatusCode::UNSUPPORTED_MEDIA_TYPE)),
+        ("declared length over the limit", Request::post("/mutate").header("content-type", "application/json").header("content-length", "999999999").body(Body::from("{}")).unwrap(), Status(StatusCode::PAYLOAD_TOO_LARGE)),
+        ("body over the limit", json_post(vec![b' '; 8 * 1024 * 1024 + 1]), Status(StatusCode::PAYLOAD_TOO_LARGE)),
+    ]
+}
+
+#[tokio::test]
+async fn every_hostile_request_gets_a_well_formed_answer() {
+    let s = state();
+    let cases = cases();
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    let good = review_with(request_for(good_object()));
+    for (name, request, expect) in cases {
+        let response = server::webhook_router(s.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let value: Value =
+            serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{name}: the answer is not JSON ({e})"));
+        match expect {
+            Expect::Status(want) => {
+                assert_eq!(status, want, "{name}: {value}");
+                assert_eq!(value["code"], want.as_u16(), "{name}: {value}");
+                assert!(
+                    value["error"].as_str().is_some_and(|e| !e.is_empty()),
+                    "{name}: {value}"
+                );
+            }
+            Expect::Deny(code, reason) => {
+                assert_eq!(status, StatusCode::OK, "{name}: {value}");
+                assert_contract(&value, value["response"]["uid"].as_str().unwrap());
+                assert_eq!(value["response"]["allowed"], false, "{name}: {value}");
+                assert_eq!(value["response"]["status"]["code"], code, "{name}: {value}");
+                let message = value["response"]["status"]["message"].as_str().unwrap();
+                assert!(message.contains(reason), "{name}: want {reason:?} in {message:?}");
+                assert!(message.len() < 20_000, "{name}: a {} byte message", message.len());
+                assert!(
+                    !message.contains(|c: char| c.is_control()),
+                    "{name}: control characters in {message:?}"
+                );
+            }
+            Expect::Allow => {
+                assert_eq!(status, StatusCode::OK, "{name}: {value}");
+                assert_eq!(value["response"]["allowed"], true, "{name}: {value}");
+            }
+        }
+        // The next good review is still answered, and the server is ready.
+        let response = server::webhook_router(s.clone())
+            .oneshot(json_post(good.clone()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "after {name}");
+        assert!(s.ready.check().is_ok(), "after {name}");
+    }
+}
+
+// === transport-level cases, over real TLS ===
+
+async fn start_tls(name: &str) -> (server::Running, Pki, PathBuf) {
+    let dir = scratch(name);
+    let pki = Pki::new("hostile CA");
+    let (cert, key) = pki.server().write(&dir, "tls.crt", "tls.key");
+    let mut config = Config::new(
+        cert,
+        key,
+        vec![root().join("examples/allowlist.yaml")],
+        Policy::default(),
+    );
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.request_timeout = Duration::from_secs(2);
+    config.handshake_timeout = Duration::from_secs(2);
+    (server::start(config).await.unwrap(), pki, dir)
+}
+
+async fn read_all(stream: &mut (impl AsyncReadExt + Unpin)) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test]
+async fn transport_level_abuse_is_survived() {
+    let (running, pki, _dir) = start_tls("transport").await;
+    let addr = running.webhook_addr;
+    let good = review_with(request_for(good_object()));
+
+    // HTTP/1.0 with a body: answered, then closed.
+    let mut s = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
+    let req = format!(
+        "POST /mutate HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        good.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(&good).await.unwrap();
+    let answer = read_all(&mut s).await;
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
+
+    // Two pipelined requests in one write: two answers, in order.
+    let mut s = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
+    let one = |uid: &str| {
+        let body = review_with(with_uid(request_for(good_object()), uid));
+        let mut r = format!("POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        r.extend(body);
+        r
+    };
+    let mut both = one("first");
+    both.extend(one("second"));
+    let mut last = b"GET /mutate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec();
+    both.append(&mut last);
+    s.write_all(&both).await.unwrap();
+    let answers = read_all(&mut s).await;
+    let first = answers.find("\"uid\":\"first\"").expect("first answered");
+    let second = answers.find("\"uid\":\"second\"").expect("second answered");
+    assert!(first < second);
+    assert_eq!(answers.matches("HTTP/1.1 200").count(), 2, "{answers}");
+    assert!(answers.contains("HTTP/1.1 405"), "{answers}");
+
+    // Plain HTTP on the TLS port, and garbage that starts like a ClientHello.
+    for garbage in [
+        b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}".to_vec(),
+        vec![0x16, 0x03, 0x01, 0x40, 0x00, 0xde, 0xad, 0xbe, 0xef],
+        (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect(),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = tcp.write_all(&garbage).await;
+        let _ = read_all(&mut tcp).await;
+    }
+    // A client that completes TLS and then sends bytes that are not HTTP.
+    let mut s = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
+    s.write_all(b"\x00\x01\x02 this is not HTTP \r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_all(&mut s).await;
+    assert!(reply.is_empty() || reply.starts_with("HTTP/1.1 400"), "{reply}");
+    // A client that connects and sends nothing is cut off by the handshake timeout.
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let _ = read_all(&mut idle).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Still serving, still ready.
+    let mut client = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    let answer = client
+        .review("/mutate", &serde_json::from_slice(&good).unwrap())
+        .await;
+    assert_contract(&answer, "hostile");
+    assert_eq!(admin_get(running.admin_addr, "/readyz").await.0, StatusCode::OK);
+    running.drain();
+    running.wait().await;
+}
+
+fn with_uid(mut request: Value, uid: &str) -> Value {
+    request["uid"] = json!(uid);
+    request
+}
+
+#[tokio::test]
+async fn slow_clients_are_timed_out_without_stalling_others() {
+    let (running, pki, _dir) = start_tls("slow").await;
+    let addr = running.webhook_addr;
+    // Headers that never finish, and a body that never comes.
+    let mut slow_headers = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
+    slow_headers
+        .write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut slow_body = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
+    slow_body
+        .write_all(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    // Meanwhile a good client is served at once.
+    let mut client = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    let started = std::time::Instant::now();
+    client
+        .review("/mutate", &review("fast", "CREATE", &good_object(), None))
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // The slow ones are answered 408 or closed once the request timeout passes.
+    let headers_reply = read_all(&mut slow_headers).await;
+    assert!(
+        headers_reply.is_empty() || headers_reply.starts_with("HTTP/1.1 408"),
+        "{headers_reply}"
+    );
+    let body_reply = read_all(&mut slow_body).await;
+    assert!(body_reply.starts_with("HTTP/1.1 408"), "{body_reply}");
+    running.drain();
+    running.wait().await;
+}
