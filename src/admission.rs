@@ -289,7 +289,7 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
             Some(other) => Response::refuse(
                 400,
                 "BadRequest",
-                format!("request.object must be a JSON object, found {}", type_name(other)),
+                format!("request.object must be a JSON object, found {}", crate::yaml::type_name(other)),
             ),
             None => Response::refuse(
                 400,
@@ -305,17 +305,6 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
         ),
     };
     encode(request, response)
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, policy: &Policy) -> Response {
@@ -553,17 +542,12 @@ fn encode(request: &RequestIn, response: Response) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allowlist::load_text;
     use serde_json::json;
 
-    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
-    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+    use crate::testing::{BAD, GOOD, REPO};
 
     fn allowlist() -> Allowlist {
-        load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
-            .unwrap()
-            .allowlist
+        crate::testing::incident_allowlist()
     }
 
     fn review_of(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {

@@ -211,17 +211,6 @@ fn objects_of(value: &Value) -> Option<Vec<Found<'_>>> {
     }])
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
-}
-
 fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool, outcome: &mut Outcome) {
     let (docs, positioned) = match documents(&input.text) {
         Ok(d) => d,
@@ -256,7 +245,7 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
                 input.name,
                 doc.line,
                 doc.index,
-                type_name(&doc.value)
+                yaml::type_name(&doc.value)
             ));
             continue;
         };
@@ -573,16 +562,10 @@ pub fn exit_code(outcome: &Outcome, fix: bool) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allowlist::load_text;
-
-    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
-    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+    use crate::testing::{BAD, GOOD, REPO};
 
     fn run(text: &str, fix: bool) -> Outcome {
-        let list = load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
-            .unwrap()
-            .allowlist;
+        let list = crate::testing::incident_allowlist();
         let input = Input {
             name: "m.yaml".into(),
             text: text.into(),

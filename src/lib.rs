@@ -18,4 +18,6 @@ pub mod policy;
 pub mod reference;
 pub mod review;
 pub mod server;
+#[cfg(test)]
+mod testing;
 pub mod yaml;

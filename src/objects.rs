@@ -172,24 +172,13 @@ fn visit(group: &str, kind: &str, object: &Value, ptr: &str, walk: &mut Walk, de
                 }
                 Some(other) => walk.sites.push(structure(
                     &objects_ptr,
-                    format!("Template objects must be a list, found {}", type_name(other)),
+                    format!("Template objects must be a list, found {}", yaml::type_name(other)),
                 )),
             }
         }
         _ => return false,
     }
     true
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
 }
 
 fn structure(pointer: &str, reason: String) -> Site {
@@ -270,7 +259,7 @@ impl Collector<'_> {
                     format!(
                         "{} must be a mapping, found {}",
                         field_path(ptr),
-                        type_name(other)
+                        yaml::type_name(other)
                     ),
                 ));
                 None
@@ -377,7 +366,7 @@ impl Collector<'_> {
                 let reason = format!(
                     "{} must be a list of containers, found {}",
                     field_path(&list_ptr),
-                    type_name(other)
+                    yaml::type_name(other)
                 );
                 self.sites.push(structure(&list_ptr, reason));
                 return;
@@ -390,7 +379,7 @@ impl Collector<'_> {
                 let reason = format!(
                     "{} must be a container mapping, found {}",
                     field_path(&item_ptr),
-                    type_name(item)
+                    yaml::type_name(item)
                 );
                 self.sites.push(structure(&item_ptr, reason));
                 continue;
@@ -412,7 +401,7 @@ impl Collector<'_> {
                 let reason = format!(
                     "{} must be a list of volumes, found {}",
                     field_path(&list_ptr),
-                    type_name(other)
+                    yaml::type_name(other)
                 );
                 self.sites.push(structure(&list_ptr, reason));
                 return;
@@ -438,7 +427,7 @@ impl Collector<'_> {
                     let reason = format!(
                         "{} must be a mapping, found {}",
                         field_path(&vptr),
-                        type_name(other)
+                        yaml::type_name(other)
                     );
                     self.sites.push(structure(&vptr, reason));
                 }
@@ -456,7 +445,7 @@ impl Collector<'_> {
                 let reason = format!(
                     "{} must be a string, found {}",
                     field_path(&ptr),
-                    type_name(other)
+                    yaml::type_name(other)
                 );
                 self.push(ptr, role, name, Err(reason));
             }

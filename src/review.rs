@@ -287,19 +287,14 @@ fn annotation_op(object: &Value, mut record: Map<String, Value>) -> PatchOperati
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allowlist::load_text;
     use crate::policy::Mode;
     use proptest::prelude::*;
     use serde_json::json;
 
-    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
-    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+    use crate::testing::{BAD, GOOD, REPO};
 
     fn allowlist() -> Allowlist {
-        load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
-            .unwrap()
-            .allowlist
+        crate::testing::incident_allowlist()
     }
 
     fn apply(object: &Value, ops: &[PatchOperation]) -> Value {

@@ -103,6 +103,18 @@ pub fn parse_stream(text: &str) -> Result<Vec<Document>, YamlError> {
     Ok(builder.docs)
 }
 
+/// How messages name a JSON value's type ("found a list").
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
 /// Escapes one reference token for a JSON Pointer (RFC 6901).
 pub fn escape_token(token: &str) -> std::borrow::Cow<'_, str> {
     if token.contains(['~', '/']) {

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use digest_gate::policy::Policy;
-use digest_gate::server::{self, Config};
+use digest_gate::server;
 use serde_json::{Value, json};
 
 const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
@@ -23,19 +22,7 @@ fn runtime() -> Value {
 }
 
 async fn start(name: &str) -> (server::Running, Pki) {
-    let dir = scratch(name);
-    let pki = Pki::new("faults CA");
-    let (cert, key) = pki.server().write(&dir, "tls.crt", "tls.key");
-    let mut config = Config::new(
-        cert,
-        key,
-        vec![root().join("examples/allowlist.yaml")],
-        Policy::default(),
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.admin_listen = "127.0.0.1:0".parse().unwrap();
-    config.grace_period = Duration::from_secs(10);
-    (server::start(config).await.unwrap(), pki)
+    start_server(name, |c| c.grace_period = Duration::from_secs(10)).await
 }
 
 #[tokio::test]

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use axum::http::{Request, StatusCode};
 use common::*;
 use digest_gate::allowlist;
 use digest_gate::policy::Policy;
-use digest_gate::server::{self, Config, State};
+use digest_gate::server::{self, State};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -228,21 +227,12 @@ async fn every_hostile_request_gets_a_well_formed_answer() {
 
 // === transport-level cases, over real TLS ===
 
-async fn start_tls(name: &str) -> (server::Running, Pki, PathBuf) {
-    let dir = scratch(name);
-    let pki = Pki::new("hostile CA");
-    let (cert, key) = pki.server().write(&dir, "tls.crt", "tls.key");
-    let mut config = Config::new(
-        cert,
-        key,
-        vec![root().join("examples/allowlist.yaml")],
-        Policy::default(),
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.admin_listen = "127.0.0.1:0".parse().unwrap();
-    config.request_timeout = Duration::from_secs(2);
-    config.handshake_timeout = Duration::from_secs(2);
-    (server::start(config).await.unwrap(), pki, dir)
+async fn start_tls(name: &str) -> (server::Running, Pki) {
+    start_server(name, |c| {
+        c.request_timeout = Duration::from_secs(2);
+        c.handshake_timeout = Duration::from_secs(2);
+    })
+    .await
 }
 
 async fn read_all(stream: &mut (impl AsyncReadExt + Unpin)) -> String {
@@ -253,7 +243,7 @@ async fn read_all(stream: &mut (impl AsyncReadExt + Unpin)) -> String {
 
 #[tokio::test]
 async fn transport_level_abuse_is_survived() {
-    let (running, pki, _dir) = start_tls("transport").await;
+    let (running, pki) = start_tls("transport").await;
     let addr = running.webhook_addr;
     let good = review_with(request_for(good_object()));
 
@@ -332,7 +322,7 @@ fn with_uid(mut request: Value, uid: &str) -> Value {
 
 #[tokio::test]
 async fn slow_clients_are_timed_out_without_stalling_others() {
-    let (running, pki, _dir) = start_tls("slow").await;
+    let (running, pki) = start_tls("slow").await;
     let addr = running.webhook_addr;
     // Headers that never finish, and a body that never comes.
     let mut slow_headers = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();

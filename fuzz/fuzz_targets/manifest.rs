@@ -2,21 +2,13 @@
 //! panic, and `--fix` output re-reads to the same documents but for images.
 #![no_main]
 
-use std::sync::OnceLock;
-
-use digest_gate::allowlist::{self, Allowlist};
 use digest_gate::check::{self, Input};
 use digest_gate::policy::Policy;
 use libfuzzer_sys::fuzz_target;
 
-fn allowlist() -> &'static Allowlist {
-    static LIST: OnceLock<Allowlist> = OnceLock::new();
-    LIST.get_or_init(|| {
-        allowlist::load_text("fuzz.yaml", include_str!("../../examples/allowlist.yaml"))
-            .expect("the example allowlist loads")
-            .allowlist
-    })
-}
+#[path = "common.rs"]
+mod common;
+use common::allowlist;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

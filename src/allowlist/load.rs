@@ -258,17 +258,6 @@ fn dotted(pointer: &str) -> String {
     out
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
-}
-
 // === impl Loader ===
 
 impl Loader {
@@ -336,7 +325,7 @@ impl Loader {
             Value::Object(obj) => obj,
             other => {
                 self.errors
-                    .push(ctx.error(ptr, format!("expected a mapping, found {}", type_name(other))));
+                    .push(ctx.error(ptr, format!("expected a mapping, found {}", yaml::type_name(other))));
                 return None;
             }
         };
@@ -405,7 +394,7 @@ impl Loader {
             Some(Value::Array(items)) => items,
             Some(other) => {
                 self.errors
-                    .push(ctx.error(ptr, format!("expected a list, found {}", type_name(other))));
+                    .push(ctx.error(ptr, format!("expected a list, found {}", yaml::type_name(other))));
                 &[]
             }
         }
@@ -420,7 +409,7 @@ impl Loader {
             }
             Some(other) => {
                 self.errors
-                    .push(ctx.error(ptr, format!("expected a string, found {}", type_name(other))));
+                    .push(ctx.error(ptr, format!("expected a string, found {}", yaml::type_name(other))));
                 None
             }
         }
@@ -435,7 +424,7 @@ impl Loader {
             Some(other) => {
                 self.errors.push(ctx.error(
                     &spec_ptr,
-                    format!("expected a mapping, found {}", type_name(other)),
+                    format!("expected a mapping, found {}", yaml::type_name(other)),
                 ));
                 return 0;
             }
@@ -506,7 +495,7 @@ impl Loader {
     fn native_repository(&mut self, ctx: &Ctx<'_>, repo: &Value, ptr: &str) -> usize {
         let Value::Object(obj) = repo else {
             self.errors
-                .push(ctx.error(ptr, format!("expected a mapping, found {}", type_name(repo))));
+                .push(ctx.error(ptr, format!("expected a mapping, found {}", yaml::type_name(repo))));
             return 0;
         };
         self.unknown_fields(ctx, obj, ptr, &["name", "digests", "rewriteTo"]);
@@ -574,7 +563,7 @@ impl Loader {
                         &p,
                         format!(
                             "expected a digest or a mapping with 'digest' and 'tags', found {}",
-                            type_name(other)
+                            yaml::type_name(other)
                         ),
                     ));
                     continue;
@@ -605,7 +594,7 @@ impl Loader {
     fn native_mirror(&mut self, ctx: &Ctx<'_>, rule: &Value, ptr: &str) {
         let Value::Object(obj) = rule else {
             self.errors
-                .push(ctx.error(ptr, format!("expected a mapping, found {}", type_name(rule))));
+                .push(ctx.error(ptr, format!("expected a mapping, found {}", yaml::type_name(rule))));
             return;
         };
         self.unknown_fields(ctx, obj, ptr, &["source", "mirrors"]);

@@ -3,6 +3,7 @@ the manifests, and find objects in them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -27,6 +28,47 @@ def binary() -> pathlib.Path:
     if not path.exists():
         subprocess.run(["cargo", "build", "--locked"], cwd=ROOT, check=True)
     return path
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(certs: pathlib.Path):
+    """Runs `digest-gate serve` on loopback with certs/tls.{crt,key} and the
+    example allowlist until ready; yields the webhook port; on exit sends
+    SIGTERM and checks the process exits 0."""
+    import http.client
+    import signal
+    import time
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen(
+        [str(binary()), "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+         "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
+         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "digest-gate did not become ready"
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        assert code == 0, proc.stderr.read().decode()
 
 
 def parse(manifests: dict[str, str]) -> list[dict]:

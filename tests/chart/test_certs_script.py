@@ -4,25 +4,16 @@ and digest-gate serves with them to a client that checks the name."""
 from __future__ import annotations
 
 import base64
-import http.client
 import json
-import signal
 import socket
 import ssl
 import subprocess
-import time
 
 import pytest
 
-from conftest import ROOT, binary
+from conftest import ROOT, serving
 
 SCRIPT = ROOT / "certs" / "gen-certs.sh"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -57,24 +48,7 @@ def test_bad_arguments_are_refused(tmp_path):
 
 def test_digest_gate_serves_with_them(certs):
     out, _ = certs
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [str(binary()), "serve", "--tls-cert", str(out / "tls.crt"), "--tls-key", str(out / "tls.key"),
-         "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
-         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
-                c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "digest-gate did not become ready"
-            time.sleep(0.1)
+    with serving(out) as port:
         context = ssl.create_default_context(cafile=str(out / "ca.crt"))
         review = json.loads((ROOT / "examples" / "review.json").read_text())
         # The apiserver connects to the Service name; verify the certificate for it.
@@ -95,6 +69,3 @@ def test_digest_gate_serves_with_them(certs):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
             with pytest.raises(ssl.SSLCertVerificationError):
                 context.wrap_socket(raw, server_hostname="other.demo.svc")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0, proc.stderr.read().decode()

@@ -3,44 +3,23 @@ independent client: TLS 1.2+ only, AEAD cipher suites only."""
 
 from __future__ import annotations
 
-import http.client
-import signal
 import socket
 import ssl
 import subprocess
-import time
 import warnings
 
 import pytest
 
-from conftest import ROOT, binary
-from test_certs_script import SCRIPT, free_port
+from conftest import serving
+from test_certs_script import SCRIPT
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     out = tmp_path_factory.mktemp("tls")
     subprocess.run(["sh", str(SCRIPT), "--namespace", "demo", "--out", str(out)], capture_output=True, check=True)
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [str(binary()), "serve", "--tls-cert", str(out / "tls.crt"), "--tls-key", str(out / "tls.key"),
-         "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
-         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
-            c.request("GET", "/readyz")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    yield port, out / "ca.crt"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=15) == 0
+    with serving(out) as port:
+        yield port, out / "ca.crt"
 
 
 def handshake(port, ca, configure):

@@ -279,6 +279,27 @@ pub async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() 
     }
 }
 
+/// Starts the server in-process on ephemeral loopback ports with a fresh
+/// PKI and the example allowlist; `tune` adjusts the configuration.
+pub async fn start_server(
+    name: &str,
+    tune: impl FnOnce(&mut digest_gate::server::Config),
+) -> (digest_gate::server::Running, Pki) {
+    let dir = scratch(name);
+    let pki = Pki::new(&format!("{name} CA"));
+    let (cert, key) = pki.server().write(&dir, "tls.crt", "tls.key");
+    let mut config = digest_gate::server::Config::new(
+        cert,
+        key,
+        vec![root().join("examples/allowlist.yaml")],
+        digest_gate::policy::Policy::default(),
+    );
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    tune(&mut config);
+    (digest_gate::server::start(config).await.unwrap(), pki)
+}
+
 /// A plain-HTTP GET to the admin port.
 pub async fn admin_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
     let tcp = TcpStream::connect(addr).await.unwrap();

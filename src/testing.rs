@@ -1,0 +1,17 @@
+//! Shared by the unit tests: the incident's digests and a one-entry allowlist.
+
+use crate::allowlist::{Allowlist, load_text};
+
+/// RHODS 1.21's promoted OpenVINO runtime digest.
+pub const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+/// The digest upgraded clusters were left on, never promoted.
+pub const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+/// The runtime's repository.
+pub const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+
+/// An allowlist promoting [`GOOD`] for [`REPO`], tagged `v1.21.0-15`.
+pub fn incident_allowlist() -> Allowlist {
+    load_text("l.txt", &format!("{REPO}:v1.21.0-15@{GOOD}\n"))
+        .unwrap()
+        .allowlist
+}
