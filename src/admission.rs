@@ -289,7 +289,10 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
             Some(other) => Response::refuse(
                 400,
                 "BadRequest",
-                format!("request.object must be a JSON object, found {}", crate::yaml::type_name(other)),
+                format!(
+                    "request.object must be a JSON object, found {}",
+                    crate::yaml::type_name(other)
+                ),
             ),
             None => Response::refuse(
                 400,

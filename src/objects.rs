@@ -172,7 +172,10 @@ fn visit(group: &str, kind: &str, object: &Value, ptr: &str, walk: &mut Walk, de
                 }
                 Some(other) => walk.sites.push(structure(
                     &objects_ptr,
-                    format!("Template objects must be a list, found {}", yaml::type_name(other)),
+                    format!(
+                        "Template objects must be a list, found {}",
+                        yaml::type_name(other)
+                    ),
                 )),
             }
         }

@@ -12,8 +12,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use digest_gate::allowlist;
-use digest_gate::policy::Policy;
 use digest_gate::server::{self, State};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -23,11 +21,7 @@ use tower::ServiceExt;
 const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
 
 fn state() -> Arc<State> {
-    let loaded = allowlist::load_paths(&[root().join("examples/allowlist.yaml")]).unwrap();
-    let state = State::new(loaded.allowlist, Policy::default());
-    state.ready.allowlist_loaded();
-    state.ready.certificate_loaded();
-    Arc::new(state)
+    ready_state()
 }
 
 fn good_object() -> Value {

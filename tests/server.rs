@@ -11,7 +11,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
-use digest_gate::allowlist;
 use digest_gate::policy::{Mode, Policy};
 use digest_gate::server::{self, Config, State};
 use http_body_util::BodyExt;
@@ -27,11 +26,7 @@ fn example_allowlist_path() -> PathBuf {
 }
 
 fn state() -> Arc<State> {
-    let loaded = allowlist::load_paths(&[example_allowlist_path()]).unwrap();
-    let state = State::new(loaded.allowlist, Policy::default());
-    state.ready.allowlist_loaded();
-    state.ready.certificate_loaded();
-    Arc::new(state)
+    ready_state()
 }
 
 fn incident_runtime() -> Value {

@@ -324,8 +324,10 @@ impl Loader {
             Value::Null => return None,
             Value::Object(obj) => obj,
             other => {
-                self.errors
-                    .push(ctx.error(ptr, format!("expected a mapping, found {}", yaml::type_name(other))));
+                self.errors.push(ctx.error(
+                    ptr,
+                    format!("expected a mapping, found {}", yaml::type_name(other)),
+                ));
                 return None;
             }
         };
@@ -408,8 +410,10 @@ impl Loader {
                 None
             }
             Some(other) => {
-                self.errors
-                    .push(ctx.error(ptr, format!("expected a string, found {}", yaml::type_name(other))));
+                self.errors.push(ctx.error(
+                    ptr,
+                    format!("expected a string, found {}", yaml::type_name(other)),
+                ));
                 None
             }
         }
@@ -494,8 +498,10 @@ impl Loader {
 
     fn native_repository(&mut self, ctx: &Ctx<'_>, repo: &Value, ptr: &str) -> usize {
         let Value::Object(obj) = repo else {
-            self.errors
-                .push(ctx.error(ptr, format!("expected a mapping, found {}", yaml::type_name(repo))));
+            self.errors.push(ctx.error(
+                ptr,
+                format!("expected a mapping, found {}", yaml::type_name(repo)),
+            ));
             return 0;
         };
         self.unknown_fields(ctx, obj, ptr, &["name", "digests", "rewriteTo"]);
@@ -593,8 +599,10 @@ impl Loader {
 
     fn native_mirror(&mut self, ctx: &Ctx<'_>, rule: &Value, ptr: &str) {
         let Value::Object(obj) = rule else {
-            self.errors
-                .push(ctx.error(ptr, format!("expected a mapping, found {}", yaml::type_name(rule))));
+            self.errors.push(ctx.error(
+                ptr,
+                format!("expected a mapping, found {}", yaml::type_name(rule)),
+            ));
             return;
         };
         self.unknown_fields(ctx, obj, ptr, &["source", "mirrors"]);
