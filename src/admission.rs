@@ -627,6 +627,25 @@ mod tests {
     }
 
     #[test]
+    fn dry_runs_get_the_same_answer() {
+        let object = pod(&format!("{REPO}@{BAD}"));
+        let mut review: Value = serde_json::from_slice(&review_of("CREATE", object, None)).unwrap();
+        let (real, _) = response(
+            Endpoint::Mutate,
+            &serde_json::to_vec(&review).unwrap(),
+            &Policy::default(),
+        );
+        review["request"]["dryRun"] = json!(true);
+        let (dry, _) = response(
+            Endpoint::Mutate,
+            &serde_json::to_vec(&review).unwrap(),
+            &Policy::default(),
+        );
+        assert!(dry.dry_run && !real.dry_run);
+        assert_eq!(dry.body, real.body);
+    }
+
+    #[test]
     fn validate_never_patches() {
         let body = review_of("CREATE", pod(&format!("{REPO}@{BAD}")), None);
         let (a, v) = response(Endpoint::Validate, &body, &Policy::default());

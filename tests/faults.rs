@@ -152,3 +152,39 @@ async fn sigterm_under_load_loses_no_in_flight_review() {
     assert!(received > 300.0);
     assert_eq!(answered, received, "every answered review reached its client");
 }
+
+/// At the connection limit the server stops accepting; the next client waits
+/// in the backlog and is served as soon as a slot frees.
+#[tokio::test]
+async fn connections_are_bounded() {
+    let (running, pki) = start_server("bounded", |c| c.max_connections = 2).await;
+    let addr = running.webhook_addr;
+    let first = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    let mut second = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    second
+        .review("/mutate", &review("second", "CREATE", &runtime(), None))
+        .await;
+    // The third handshake cannot complete while both slots are taken.
+    let ca = pki.ca_pem.clone();
+    let third = tokio::spawn(async move { connect(addr, &ca, &[b"http/1.1"], None).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !third.is_finished(),
+        "a third connection was accepted past the limit"
+    );
+    drop(first);
+    let stream = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("served once a slot frees")
+        .unwrap()
+        .unwrap();
+    let mut third = Client::http1(stream).await;
+    assert_contract(
+        &third
+            .review("/mutate", &review("third", "CREATE", &runtime(), None))
+            .await,
+        "third",
+    );
+    running.drain();
+    running.wait().await;
+}
