@@ -458,22 +458,37 @@ fn rewrite_warning(i: &ImageReview) -> String {
 /// Keeps a warning within [`MAX_WARNING_LEN`] characters on one line: the
 /// container name in it comes from the request.
 fn fit(text: &str) -> String {
-    let clean: String = text
-        .chars()
-        .flat_map(|c| -> Box<dyn Iterator<Item = char>> {
-            if c.is_control() {
-                Box::new(c.escape_default())
-            } else {
-                Box::new(std::iter::once(c))
-            }
-        })
-        .collect();
-    if clean.chars().count() <= MAX_WARNING_LEN {
-        return clean;
+    // Almost every warning is short and clean: return it without walking it
+    // again. Otherwise build the result in one buffer (this runs per rewritten
+    // image on the request path).
+    let clean = !text.contains(|c: char| c.is_control());
+    if clean && text.chars().count() <= MAX_WARNING_LEN {
+        return text.to_owned();
     }
-    let mut s: String = clean.chars().take(MAX_WARNING_LEN - 1).collect();
-    s.push('…');
-    s
+    let mut out = String::with_capacity(text.len().min(4 * MAX_WARNING_LEN) + 4);
+    let mut count = 0;
+    // Only control characters are escaped: escape_default would also escape
+    // quotes and non-ASCII, which read fine in a warning.
+    let mut chars = text.chars().flat_map(|c| {
+        let (escaped, kept) = match c.is_control() {
+            true => (Some(c.escape_default()), None),
+            false => (None, Some(c)),
+        };
+        escaped.into_iter().flatten().chain(kept)
+    });
+    while let Some(c) = chars.next() {
+        if count == MAX_WARNING_LEN - 1 {
+            // One more character fits only if it is the last one.
+            match chars.next() {
+                None => out.push(c),
+                Some(_) => out.push('…'),
+            }
+            return out;
+        }
+        out.push(c);
+        count += 1;
+    }
+    out
 }
 
 fn limit_warnings(mut warnings: Vec<String>) -> Vec<String> {
@@ -890,5 +905,27 @@ mod tests {
         );
         let w = v["response"]["warnings"][0].as_str().unwrap();
         assert!(w.chars().count() <= MAX_WARNING_LEN, "{w}");
+    }
+
+    #[test]
+    fn fit_keeps_what_fits_and_cuts_the_rest() {
+        let exact = "é".repeat(MAX_WARNING_LEN);
+        assert_eq!(
+            fit(&exact),
+            exact,
+            "120 characters fit, whatever their byte length"
+        );
+        let long = format!("{exact}x");
+        let cut = fit(&long);
+        assert_eq!(cut.chars().count(), MAX_WARNING_LEN);
+        assert!(cut.ends_with("é…"), "{cut}");
+        // Control characters are escaped and count at their escaped length;
+        // quotes and non-ASCII are left as they are.
+        assert_eq!(fit("a\nb \"ü\" \u{1b}"), "a\\nb \"ü\" \\u{1b}");
+        let escaped = fit(&format!("{}\n", "a".repeat(MAX_WARNING_LEN - 2)));
+        assert_eq!(escaped.chars().count(), MAX_WARNING_LEN);
+        assert!(escaped.ends_with("a\\n"), "{escaped}");
+        let over = fit(&format!("{}\n", "a".repeat(MAX_WARNING_LEN - 1)));
+        assert_eq!(over, format!("{}…", "a".repeat(MAX_WARNING_LEN - 1)));
     }
 }
