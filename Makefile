@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test fmt-check clippy unit chart-test tools build release clean bench bench-load soak fuzz
+.PHONY: test fmt-check clippy unit chart-test tools build release clean bench bench-load bench-instructions soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -58,6 +58,14 @@ bench-load: tools
 	$(PYTHON) bench/load.py
 	mkdir -p bench/results
 	cp target/bench-load/report.md target/bench-load/results.json target/bench-load/latency.svg bench/results/
+
+# Instructions per answered review under callgrind: stable where wall-clock
+# figures on a shared VM are not.
+bench-instructions:
+	@command -v valgrind >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq valgrind; }
+	$(PYTHON) bench/instructions.py
+	mkdir -p bench/results
+	cp target/bench-load/instructions.md target/bench-load/instructions.json bench/results/
 
 release:
 	$(CARGO) build --release --locked
