@@ -324,12 +324,16 @@ fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, 
         (_, Verdict::Allow) if mode == Mode::Audit => audit(r),
         (_, Verdict::Allow) => Response::allow("allow"),
         (Endpoint::Mutate, Verdict::Rewrite) => {
-            let ops = r.patch_with(object, request.sub_resource.is_none());
+            // One record serves the audit annotation and the object's
+            // annotation; a subresource update cannot change metadata.
+            let record = r.record();
+            let audit = serde_json::to_string(&record).expect("records serialise");
+            let ops = r.patch_with(object, request.sub_resource.is_none().then_some(record));
             let patch = serde_json::to_vec(&ops).expect("patches serialise");
             let mut out = Response::allow("rewrite");
             out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
             out.warnings = limit_warnings(r.rewrites().map(rewrite_warning).collect());
-            out.audit.insert("rewritten-images", rewritten_record(r));
+            out.audit.insert("rewritten-images", audit);
             out
         }
         (Endpoint::Validate, Verdict::Rewrite) => {
@@ -411,19 +415,6 @@ fn audit(r: &Review) -> Response {
     }
     out.warnings = limit_warnings(warnings);
     out
-}
-
-fn rewritten_record(r: &Review) -> String {
-    let record: serde_json::Map<String, Value> = r
-        .rewrites()
-        .map(|i| {
-            (
-                i.site.pointer.clone(),
-                serde_json::json!({"from": i.image(), "to": i.decision.rewrite_to()}),
-            )
-        })
-        .collect();
-    Value::Object(record).to_string()
 }
 
 /// `…@sha256:8af20e48bb48`: the digest is what changed.

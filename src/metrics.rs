@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Labels of a judged admission request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -83,6 +83,13 @@ pub fn operation_label(operation: &str) -> &'static str {
     }
 }
 
+/// Registers `metric` and returns the handle the server updates (metrics
+/// are shared handles: the clone and the registered one are the same).
+fn add<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -109,71 +116,75 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric under the `digest_gate` prefix.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("digest_gate");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        let mut r = Registry::with_prefix("digest_gate");
+        let requests = add(
+            &mut r,
             "admission_requests",
             "Admission reviews answered, by endpoint, kind, operation and verdict",
-            requests.clone(),
+            Family::<RequestLabels, Counter>::default(),
         );
-        let duration = Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
-            // 25 µs .. ~0.4 s: the decision itself is microseconds; the
-            // apiserver gives up at the webhook timeout (5 s by default).
-            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                25e-6, 2.5, 12,
-            ))
-        });
-        registry.register(
+        let duration = add(
+            &mut r,
             "admission_duration_seconds",
             "Time from a review's body being read to its answer being encoded",
-            duration.clone(),
+            Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+                // 25 µs .. ~0.4 s: the decision itself is microseconds; the
+                // apiserver gives up at the webhook timeout (5 s by default).
+                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                    25e-6, 2.5, 12,
+                ))
+            }),
         );
-        let images = Family::<ImageLabels, Counter>::default();
-        registry.register("images", "Images judged, by verdict and reason", images.clone());
-        let bad_requests = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let images = add(
+            &mut r,
+            "images",
+            "Images judged, by verdict and reason",
+            Family::<ImageLabels, Counter>::default(),
+        );
+        let bad_requests = add(
+            &mut r,
             "bad_requests",
             "Requests refused before review (wrong method, content type, size, undecodable)",
-            bad_requests.clone(),
+            Family::<ReasonLabels, Counter>::default(),
         );
-        let reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
+        let reloads = add(
+            &mut r,
             "reloads",
             "Reloads of the allowlist and the TLS certificate, by result",
-            reloads.clone(),
+            Family::<ReloadLabels, Counter>::default(),
         );
-        let last_reload = Family::<SourceLabels, Gauge<f64, AtomicU64>>::default();
-        registry.register(
+        let last_reload = add(
+            &mut r,
             "last_successful_reload_timestamp_seconds",
             "Unix time of the last successful load, by source",
-            last_reload.clone(),
+            Family::<SourceLabels, Gauge<f64, AtomicU64>>::default(),
         );
-        let allowlist_repositories = Gauge::default();
-        registry.register(
+        let allowlist_repositories = add(
+            &mut r,
             "allowlist_repositories",
             "Repositories in the allowlist in force",
-            allowlist_repositories.clone(),
+            Gauge::default(),
         );
-        let allowlist_digests = Gauge::default();
-        registry.register(
+        let allowlist_digests = add(
+            &mut r,
             "allowlist_digests",
             "Promoted (repository, digest) pairs in the allowlist in force",
-            allowlist_digests.clone(),
+            Gauge::default(),
         );
-        let tls_handshake_failures = Counter::default();
-        registry.register(
+        let tls_handshake_failures = add(
+            &mut r,
             "tls_handshake_failures",
             "TLS handshakes that failed or timed out (plain HTTP on the TLS port counts here)",
-            tls_handshake_failures.clone(),
+            Counter::default(),
         );
-        let open_connections = Gauge::default();
-        registry.register(
+        let open_connections = add(
+            &mut r,
             "open_connections",
             "Webhook connections currently open",
-            open_connections.clone(),
+            Gauge::default(),
         );
         Self {
-            registry,
+            registry: r,
             requests,
             duration,
             images,

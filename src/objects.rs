@@ -194,6 +194,20 @@ fn structure(pointer: &str, reason: String) -> Site {
     }
 }
 
+/// A structure site for a field of the wrong JSON type.
+fn mistyped(pointer: &str, expected: &str, found: &Value) -> Site {
+    structure(pointer, wrong_type(pointer, expected, found))
+}
+
+/// "spec.containers must be a list of containers, found a string".
+fn wrong_type(pointer: &str, expected: &str, found: &Value) -> String {
+    format!(
+        "{} must be {expected}, found {}",
+        field_path(pointer),
+        yaml::type_name(found)
+    )
+}
+
 /// `base/seg`, without the formatting machinery (walkers build many).
 fn join(base: &str, seg: &str) -> String {
     let mut s = String::with_capacity(base.len() + seg.len() + 8);
@@ -257,14 +271,7 @@ impl Collector<'_> {
             None | Some(Value::Null) => None,
             Some(Value::Object(m)) => Some(m),
             Some(other) => {
-                self.sites.push(structure(
-                    ptr,
-                    format!(
-                        "{} must be a mapping, found {}",
-                        field_path(ptr),
-                        yaml::type_name(other)
-                    ),
-                ));
+                self.sites.push(mistyped(ptr, "a mapping", other));
                 None
             }
         }
@@ -365,13 +372,8 @@ impl Collector<'_> {
             None | Some(Value::Null) => return,
             Some(Value::Array(items)) => items,
             Some(other) => {
-                let list_ptr = join(ptr, field);
-                let reason = format!(
-                    "{} must be a list of containers, found {}",
-                    field_path(&list_ptr),
-                    yaml::type_name(other)
-                );
-                self.sites.push(structure(&list_ptr, reason));
+                self.sites
+                    .push(mistyped(&join(ptr, field), "a list of containers", other));
                 return;
             }
         };
@@ -379,12 +381,7 @@ impl Collector<'_> {
         for (i, item) in items.iter().enumerate() {
             let Value::Object(c) = item else {
                 let item_ptr = join_index(&list_ptr, i, None);
-                let reason = format!(
-                    "{} must be a container mapping, found {}",
-                    field_path(&item_ptr),
-                    yaml::type_name(item)
-                );
-                self.sites.push(structure(&item_ptr, reason));
+                self.sites.push(mistyped(&item_ptr, "a container mapping", item));
                 continue;
             };
             let name = c.get("name").and_then(Value::as_str);
@@ -400,13 +397,8 @@ impl Collector<'_> {
             None | Some(Value::Null) => return,
             Some(Value::Array(items)) => items,
             Some(other) => {
-                let list_ptr = join(ptr, "volumes");
-                let reason = format!(
-                    "{} must be a list of volumes, found {}",
-                    field_path(&list_ptr),
-                    yaml::type_name(other)
-                );
-                self.sites.push(structure(&list_ptr, reason));
+                self.sites
+                    .push(mistyped(&join(ptr, "volumes"), "a list of volumes", other));
                 return;
             }
         };
@@ -426,14 +418,7 @@ impl Collector<'_> {
                     Role::Volume,
                     name,
                 ),
-                other => {
-                    let reason = format!(
-                        "{} must be a mapping, found {}",
-                        field_path(&vptr),
-                        yaml::type_name(other)
-                    );
-                    self.sites.push(structure(&vptr, reason));
-                }
+                other => self.sites.push(mistyped(&vptr, "a mapping", other)),
             }
         }
     }
@@ -445,11 +430,7 @@ impl Collector<'_> {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => self.push(ptr, role, name, Ok(s.clone())),
             Some(other) => {
-                let reason = format!(
-                    "{} must be a string, found {}",
-                    field_path(&ptr),
-                    yaml::type_name(other)
-                );
+                let reason = wrong_type(&ptr, "a string", other);
                 self.push(ptr, role, name, Err(reason));
             }
         }

@@ -144,12 +144,12 @@ fn rewrite_embedded(sources: &[Embedded], images: &mut [ImageReview]) -> Vec<Emb
             let Some(at) = image.site.embedded.as_ref().filter(|e| e.source == index) else {
                 continue;
             };
-            let Some(to) = image.decision.rewrite_to().map(str::to_owned) else {
-                continue;
-            };
             if image.decision.verdict != Verdict::Rewrite {
                 continue;
             }
+            let Some(to) = image.decision.rewrite_to().map(str::to_owned) else {
+                continue;
+            };
             let node = source.documents[at.document].node(&at.pointer);
             let edit = node
                 .ok_or_else(|| "its position in the text is unknown".to_owned())
@@ -208,34 +208,49 @@ impl Review {
     /// The JSON Patch that applies every rewrite to `object` and records it in
     /// the annotation; empty when nothing is rewritten.
     pub fn patch(&self, object: &Value) -> Vec<PatchOperation> {
-        self.patch_with(object, true)
+        self.patch_with(object, Some(self.record()))
     }
 
-    /// [`Review::patch`], optionally without the annotation: a subresource
+    /// Original and new image per JSON Pointer, for this review's rewrites:
+    /// what the annotation adds to the object's history.
+    pub fn record(&self) -> Map<String, Value> {
+        self.rewrites()
+            .map(|i| {
+                let to = i.decision.rewrite_to().expect("rewrites have a target");
+                (
+                    i.site.pointer.clone(),
+                    serde_json::json!({"from": i.image(), "to": to}),
+                )
+            })
+            .collect()
+    }
+
+    /// [`Review::patch`] with `record` (from [`Review::record`]) as the
+    /// annotation's new entries, or no annotation at all: a subresource
     /// update (`pods/ephemeralcontainers`) cannot change metadata.
-    pub fn patch_with(&self, object: &Value, annotate: bool) -> Vec<PatchOperation> {
-        let mut ops = Vec::new();
-        let mut record = Map::new();
-        for image in self.rewrites() {
-            let to = image.decision.rewrite_to().expect("rewrites have a target");
-            if image.site.embedded.is_none() {
-                ops.push(PatchOperation::Replace(ReplaceOperation {
-                    path: pointer(&image.site.pointer),
-                    value: Value::String(to.to_owned()),
-                }));
-            }
-            record.insert(
-                image.site.pointer.clone(),
-                serde_json::json!({"from": image.image(), "to": to}),
-            );
-        }
+    pub fn patch_with(&self, object: &Value, record: Option<Map<String, Value>>) -> Vec<PatchOperation> {
+        let mut ops: Vec<PatchOperation> = self
+            .rewrites()
+            .filter(|i| i.site.embedded.is_none())
+            .map(|i| {
+                PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&i.site.pointer),
+                    value: Value::String(
+                        i.decision
+                            .rewrite_to()
+                            .expect("rewrites have a target")
+                            .to_owned(),
+                    ),
+                })
+            })
+            .collect();
         for e in &self.embedded {
             ops.push(PatchOperation::Replace(ReplaceOperation {
                 path: pointer(&e.pointer),
                 value: Value::String(e.rewritten.clone()),
             }));
         }
-        if !ops.is_empty() && annotate {
+        if let Some(record) = record.filter(|_| !ops.is_empty()) {
             ops.push(annotation_op(object, record));
         }
         ops

@@ -28,12 +28,7 @@ async fn start(name: &str) -> (server::Running, Pki) {
 #[tokio::test]
 async fn the_webhook_does_not_depend_on_the_admin_port() {
     let (running, pki) = start("admin-down").await;
-    let mut client = Client::http1(
-        connect(running.webhook_addr, &pki.ca_pem, &[b"http/1.1"], None)
-            .await
-            .unwrap(),
-    )
-    .await;
+    let mut client = Client::open(running.webhook_addr, &pki.ca_pem).await;
     client
         .review("/mutate", &review("before", "CREATE", &runtime(), None))
         .await;
@@ -49,12 +44,7 @@ async fn the_webhook_does_not_depend_on_the_admin_port() {
         .review("/mutate", &review("after", "CREATE", &runtime(), None))
         .await;
     assert_contract(&answer, "after");
-    let mut fresh = Client::http1(
-        connect(running.webhook_addr, &pki.ca_pem, &[b"http/1.1"], None)
-            .await
-            .unwrap(),
-    )
-    .await;
+    let mut fresh = Client::open(running.webhook_addr, &pki.ca_pem).await;
     assert_contract(
         &fresh
             .review("/validate", &review("fresh", "CREATE", &runtime(), None))
@@ -159,8 +149,8 @@ async fn sigterm_under_load_loses_no_in_flight_review() {
 async fn connections_are_bounded() {
     let (running, pki) = start_server("bounded", |c| c.max_connections = 2).await;
     let addr = running.webhook_addr;
-    let first = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
-    let mut second = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    let first = Client::open(addr, &pki.ca_pem).await;
+    let mut second = Client::open(addr, &pki.ca_pem).await;
     second
         .review("/mutate", &review("second", "CREATE", &runtime(), None))
         .await;

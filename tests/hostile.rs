@@ -299,7 +299,7 @@ async fn transport_level_abuse_is_survived() {
     assert!(started.elapsed() < Duration::from_secs(5));
 
     // Still serving, still ready.
-    let mut client = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    let mut client = Client::open(addr, &pki.ca_pem).await;
     let answer = client
         .review("/mutate", &serde_json::from_slice(&good).unwrap())
         .await;
@@ -330,7 +330,7 @@ async fn slow_clients_are_timed_out_without_stalling_others() {
         .await
         .unwrap();
     // Meanwhile a good client is served at once.
-    let mut client = Client::http1(connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap()).await;
+    let mut client = Client::open(addr, &pki.ca_pem).await;
     let started = std::time::Instant::now();
     client
         .review("/mutate", &review("fast", "CREATE", &good_object(), None))

@@ -310,12 +310,7 @@ async fn start(name: &str, policy: Policy, client_ca: bool) -> Harness {
 
 impl Harness {
     async fn client(&self) -> Client {
-        Client::http1(
-            connect(self.running.webhook_addr, &self.pki.ca_pem, &[b"http/1.1"], None)
-                .await
-                .unwrap(),
-        )
-        .await
+        Client::open(self.running.webhook_addr, &self.pki.ca_pem).await
     }
 }
 

@@ -166,17 +166,20 @@ fn is_json(request: &Request) -> bool {
         .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// 413, whether the declared length or the bytes sent went over the limit.
+fn too_large(state: &State) -> Response {
+    state.metrics.bad_request("too_large");
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body exceeds {} bytes", state.max_body_bytes),
+    )
+}
+
 async fn read_body(state: &State, body: Body) -> Result<Bytes, Response> {
     let limited = Limited::new(body, state.max_body_bytes);
     match tokio::time::timeout(state.request_timeout, limited.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            state.metrics.bad_request("too_large");
-            Err(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("the body exceeds {} bytes", state.max_body_bytes),
-            ))
-        }
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(state)),
         Ok(Err(e)) => {
             state.metrics.bad_request("body");
             Err(error(
@@ -209,11 +212,8 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
-        state.metrics.bad_request("too_large");
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the body exceeds {} bytes", state.max_body_bytes),
-        );
+        // Refused before reading a byte of it.
+        return too_large(state);
     }
     let body = match read_body(state, request.into_body()).await {
         Ok(b) => b,

@@ -166,6 +166,12 @@ impl Client {
         Self { send }
     }
 
+    /// A verified HTTP/1.1 connection to the webhook at `addr`, as the
+    /// apiserver opens it.
+    pub async fn open(addr: SocketAddr, ca_pem: &str) -> Self {
+        Self::http1(connect(addr, ca_pem, &[b"http/1.1"], None).await.unwrap()).await
+    }
+
     pub async fn post(&mut self, path: &str, content_type: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
         let request = Request::post(path)
             .header("host", service_name())
