@@ -288,9 +288,15 @@ impl Collector<'_> {
     }
 
     fn runtime_spec(&mut self, spec: Option<&Value>, ptr: &str) {
-        let Some(spec) = self.mapping(spec, ptr) else {
-            return;
-        };
+        if let Some(spec) = self.mapping(spec, ptr) {
+            self.runtime_parts(spec, ptr);
+        }
+    }
+
+    /// A runtime spec's images, and an InferenceService component's (which
+    /// inlines the same fields): containers, image volumes, and the
+    /// `workerSpec` pod of multi-node runtimes.
+    fn runtime_parts(&mut self, spec: &serde_json::Map<String, Value>, ptr: &str) {
         self.containers(spec, ptr, "containers", Role::Container);
         self.volumes(spec, ptr);
         if let Some(w) = spec.get("workerSpec").filter(|w| !w.is_null()) {
@@ -327,7 +333,7 @@ impl Collector<'_> {
             let Some(c) = self.mapping(spec.get(component), &cptr) else {
                 continue;
             };
-            self.runtime_spec_like(c, &cptr);
+            self.runtime_parts(c, &cptr);
             self.containers(c, &cptr, "initContainers", Role::InitContainer);
             let inline: &[&str] = match component {
                 "predictor" => &FRAMEWORKS,
@@ -349,18 +355,6 @@ impl Collector<'_> {
                     Role::Explainer
                 };
                 self.image(m.get("image"), join(&fptr, "image"), role, Some(field));
-            }
-        }
-    }
-
-    /// Components of an InferenceService inline a pod spec plus `workerSpec`.
-    fn runtime_spec_like(&mut self, c: &serde_json::Map<String, Value>, ptr: &str) {
-        self.containers(c, ptr, "containers", Role::Container);
-        self.volumes(c, ptr);
-        if let Some(w) = c.get("workerSpec").filter(|w| !w.is_null()) {
-            let worker_ptr = join(ptr, "workerSpec");
-            if let Some(worker) = self.mapping(Some(w), &worker_ptr) {
-                self.containers(worker, &worker_ptr, "containers", Role::WorkerContainer);
             }
         }
     }
@@ -583,7 +577,8 @@ mod tests {
             "predictor": {"model": {"modelFormat": {"name": "sklearn"}, "image": "q.io/m:1"},
                           "sklearn": {"image": "q.io/s:1"},
                           "containers": [{"name": "kserve-container", "image": "q.io/c:1"}],
-                          "workerSpec": {"containers": [{"name": "w", "image": "q.io/w:1"}]}},
+                          "workerSpec": {"containers": [{"name": "w", "image": "q.io/w:1"}],
+                                         "volumes": [{"name": "wv", "image": {"reference": "q.io/v:1"}}]}},
             "transformer": {"containers": [{"name": "t", "image": "q.io/t:1"}]},
             "explainer": {"art": {"image": "q.io/art:1"}}}});
         assert_eq!(
@@ -591,6 +586,7 @@ mod tests {
             vec![
                 ("/spec/predictor/containers/0/image", Some("kserve-container")),
                 ("/spec/predictor/workerSpec/containers/0/image", Some("w")),
+                ("/spec/predictor/workerSpec/volumes/0/image/reference", Some("wv")),
                 ("/spec/predictor/model/image", Some("model")),
                 ("/spec/predictor/sklearn/image", Some("sklearn")),
                 ("/spec/transformer/containers/0/image", Some("t")),
