@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test fmt-check clippy unit chart-test tools build release clean bench bench-load bench-instructions soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test tools build release clean bench bench-load bench-instructions soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -35,6 +35,15 @@ chart-test: $(VENV)/.installed tools build
 
 build:
 	$(CARGO) build --locked
+
+# The e2e suite: the chart installed with real Helm on a real Kubernetes 1.20
+# control plane (etcd, kube-apiserver, kube-controller-manager on loopback),
+# the debug binary serving it. tests/e2e/control-plane.sh builds the control
+# plane from Debian's packages on first use (~8-10 minutes on 2 cores) and
+# caches it in ~/.cache/digest-gate-e2e (DIGEST_GATE_E2E_CACHE).
+e2e: $(VENV)/.installed tools build
+	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" && export DIGEST_GATE_E2E_BIN && \
+	cd tests/e2e && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # Benchmarks are not part of `make test`; see BENCHMARKS.md.
 bench:

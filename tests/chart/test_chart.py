@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import re
 import subprocess
-import tempfile
 import pathlib
 
 import helm_python as helm

@@ -1,0 +1,497 @@
+"""A real Kubernetes control plane on loopback, and the kubelet's part for
+digest-gate's pod.
+
+ControlPlane runs etcd, kube-apiserver and kube-controller-manager (built by
+control-plane.sh from Debian's packages) on free 127.0.0.1 ports. There is no
+kubelet or scheduler: Pods are admitted and stored, never run, which is all
+admission needs.
+
+WebhookPod plays the kubelet for the chart's Deployment: it reads the stored
+Deployment, writes its Secret and ConfigMap volumes to disk in the kubelet's
+`..data` symlink layout, and starts the digest-gate binary with the
+container's own args, only the listen addresses moved to loopback ports. The
+apiserver reaches it through an ExternalName Service pointing at localhost;
+TLS still verifies the certificate as <service>.<namespace>.svc.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+
+# Every wait below is bounded; these are generous for a loaded 2-core machine.
+START_TIMEOUT = 90.0
+WAIT_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binaries() -> pathlib.Path:
+    """The control plane's bin directory: DIGEST_GATE_E2E_BIN (set by
+    `make e2e`), else whatever control-plane.sh builds or finds cached."""
+    given = os.environ.get("DIGEST_GATE_E2E_BIN")
+    if given:
+        return pathlib.Path(given)
+    out = subprocess.run(["sh", str(HERE / "control-plane.sh")], check=True, stdout=subprocess.PIPE, text=True)
+    return pathlib.Path(out.stdout.strip().splitlines()[-1])
+
+
+def digest_gate_binary() -> pathlib.Path:
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    path = target / "debug" / "digest-gate"
+    if not path.exists():
+        subprocess.run(["cargo", "build", "--locked"], cwd=ROOT, check=True)
+    return path
+
+
+def wait_until(what: str, probe, timeout: float = WAIT_TIMEOUT, interval: float = 0.2):
+    """Calls probe() until it returns something truthy; fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001 (a probe may fail until ready)
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Process:
+    """A child process with its output in a log file, stopped on close."""
+
+    def __init__(self, name: str, argv: list[str], log: pathlib.Path, env: dict[str, str] | None = None):
+        self.name = name
+        self.log = log
+        self.handle = open(log, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self.handle, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def check_alive(self):
+        assert self.alive(), f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}"
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.handle.close()
+        return self.proc.returncode
+
+
+def openssl(*args: str, cwd: pathlib.Path):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def service_certificate(out: pathlib.Path, service: str, namespace: str) -> pathlib.Path:
+    """A CA and a serving certificate for <service>.<namespace>.svc (and
+    localhost), made by the project's own certs/gen-certs.sh."""
+    subprocess.run(["sh", str(ROOT / "certs" / "gen-certs.sh"), "--service", service, "--namespace", namespace,
+                    "--out", str(out), "--days", "30"], check=True, capture_output=True)
+    return out
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  # Controllers' and Helm's reads and the lease heartbeats are noise here.
+  - level: None
+    verbs: ["get", "list", "watch"]
+  - level: None
+    resources:
+      - group: coordination.k8s.io
+        resources: ["leases"]
+      - group: ""
+        resources: ["events"]
+  # Request level keeps the mutating webhooks' patch annotations.
+  - level: Request
+"""
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager on loopback."""
+
+    # The admin user's bearer token; the file never leaves the state dir.
+    ADMIN_TOKEN = "e2e-admin-token"
+    CONTROLLER_TOKEN = "e2e-controller-manager-token"
+
+    def __init__(self, state: pathlib.Path, bin_dir: pathlib.Path):
+        self.state = state
+        self.bin = bin_dir
+        self.processes: list[Process] = []
+        self.etcd_port, self.etcd_peer_port, self.port = free_port(), free_port(), free_port()
+        self.kubeconfig = state / "kubeconfig"
+        self.audit_log = state / "audit.log"
+        self.pki = state / "pki"
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def start(self) -> "ControlPlane":
+        self.state.mkdir(parents=True, exist_ok=True)
+        self._pki()
+        self._etcd()
+        self._apiserver()
+        self._controller_manager()
+        return self
+
+    def stop(self):
+        for p in reversed(self.processes):
+            p.stop()
+        self.processes.clear()
+
+    def check_alive(self):
+        for p in self.processes:
+            p.check_alive()
+
+    def _pki(self):
+        # The serving certificate names localhost and 127.0.0.1 (and the
+        # in-cluster kubernetes.default.svc names).
+        service_certificate(self.pki, "kubernetes", "default")
+        openssl("genrsa", "-out", "sa.key", "2048", cwd=self.pki)
+        openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=self.pki)
+        # The controller-manager acts with its own identity in system:masters:
+        # a test cluster's shortcut for what a real one does with one
+        # ServiceAccount per controller (--use-service-account-credentials).
+        (self.pki / "tokens.csv").write_text(
+            f'{self.ADMIN_TOKEN},e2e-admin,e2e-admin,"system:masters"\n'
+            f'{self.CONTROLLER_TOKEN},system:kube-controller-manager,e2e-cm,"system:masters"\n')
+        (self.state / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        self._write_kubeconfig(self.kubeconfig, self.ADMIN_TOKEN)
+        self._write_kubeconfig(self.state / "controller-manager.kubeconfig", self.CONTROLLER_TOKEN)
+
+    def _write_kubeconfig(self, path: pathlib.Path, token: str):
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.url,
+                                                     "certificate-authority": str(self.pki / "ca.crt")}}],
+            "users": [{"name": "e2e", "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e", "namespace": "default"}}],
+        }
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        env = dict(os.environ)
+        # The apiserver dials webhooks through ProxyFromEnvironment: a proxy
+        # in the environment must never see loopback traffic.
+        for key in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            env.pop(key, None)
+        env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+        proc = Process(name, argv, self.state / f"{name}.log", env=env)
+        self.processes.append(proc)
+        return proc
+
+    def _etcd(self):
+        etcd = self._spawn("etcd", [
+            str(self.bin / "etcd"), "--name", "e2e", "--data-dir", str(self.state / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+            "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+            "--listen-peer-urls", f"http://127.0.0.1:{self.etcd_peer_port}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.etcd_peer_port}",
+            "--initial-cluster", f"e2e=http://127.0.0.1:{self.etcd_peer_port}",
+            # A throwaway cluster: durability is not worth an fsync per write.
+            "--unsafe-no-fsync",
+        ])
+
+        def healthy():
+            etcd.check_alive()
+            c = http.client.HTTPConnection("127.0.0.1", self.etcd_port, timeout=2)
+            c.request("GET", "/health")
+            return c.getresponse().status == 200
+        wait_until("etcd /health", healthy, START_TIMEOUT)
+
+    def _apiserver(self):
+        pki = self.pki
+        # The Service CIDR is a loopback range, so that even a ClusterIP the
+        # apiserver dialled by mistake would stay on this machine.
+        apiserver = self._spawn("kube-apiserver", [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+            "--insecure-port=0",
+            f"--tls-cert-file={pki / 'tls.crt'}", f"--tls-private-key-file={pki / 'tls.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={self.service_cidr}",
+            # 127.0.0.1 is not a valid Endpoints address for the kubernetes
+            # Service, and nothing here needs that Service.
+            "--endpoint-reconciler-type=none",
+            f"--audit-policy-file={self.state / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--profiling=false",
+            "--v=1",
+        ])
+
+        def ready():
+            apiserver.check_alive()
+            return self._get("/readyz")[0] == 200
+        wait_until("kube-apiserver /readyz", ready, START_TIMEOUT)
+
+    service_cidr = os.environ.get("DIGEST_GATE_E2E_SERVICE_CIDR", "127.100.0.0/24")
+
+    def _controller_manager(self):
+        pki = self.pki
+        self._spawn("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"),
+            f"--kubeconfig={self.state / 'controller-manager.kubeconfig'}",
+            # What admission tests need: ServiceAccounts and their tokens (Pods
+            # are refused without them), Deployments and ReplicaSets (they make
+            # the Pods), namespace deletion and owner-reference cleanup.
+            "--controllers=serviceaccount,serviceaccount-token,deployment,replicaset,namespace,garbagecollector",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            "--port=0", "--secure-port=0",
+            "--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2",
+            "--v=1",
+        ])
+        # The token controller has run once the default namespace's
+        # ServiceAccount has its token Secret.
+        wait_until("the default ServiceAccount's token", lambda: self.service_account_ready("default"),
+                   START_TIMEOUT)
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        c = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=5)
+        c.request("GET", path, headers={"Authorization": f"Bearer {self.ADMIN_TOKEN}"})
+        r = c.getresponse()
+        return r.status, r.read()
+
+    # --- kubectl -------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60.0) -> subprocess.CompletedProcess:
+        argv = [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(argv, input=input, text=True, capture_output=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def get(self, kind: str, name: str | None = None, namespace: str | None = None) -> dict | None:
+        """An object as JSON, or None when it does not exist."""
+        args = ["get", kind] + ([name] if name else []) + ["-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        r = self.kubectl(*args, check=False)
+        if r.returncode != 0:
+            if "NotFound" in r.stderr or "not found" in r.stderr:
+                return None
+            raise AssertionError(f"kubectl {' '.join(args)}: {r.stderr}")
+        return json.loads(r.stdout)
+
+    def apply(self, manifest: dict | str, *extra: str, namespace: str | None = None,
+              check: bool = True) -> subprocess.CompletedProcess:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        args = ["apply", "-f", "-", *extra]
+        if namespace:
+            args += ["-n", namespace]
+        return self.kubectl(*args, input=text, check=check)
+
+    def service_account_ready(self, namespace: str) -> bool:
+        sa = self.get("serviceaccount", "default", namespace)
+        return bool(sa and sa.get("secrets"))
+
+    def namespace(self, name: str, labels: dict[str, str] | None = None):
+        """Creates (or relabels) a namespace and waits until Pods can be
+        created in it. Kubernetes 1.20 sets no kubernetes.io/metadata.name
+        label, so it is set here by hand, as the chart's docs tell 1.20
+        users to do."""
+        all_labels = {"kubernetes.io/metadata.name": name, **(labels or {})}
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": all_labels}})
+        wait_until(f"namespace {name}'s ServiceAccount token", lambda: self.service_account_ready(name))
+
+    def delete_namespace(self, name: str):
+        self.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+    # --- audit log -----------------------------------------------------------
+
+    def audit_events(self, predicate=None) -> list[dict]:
+        events = []
+        if not self.audit_log.exists():
+            return events
+        for line in self.audit_log.read_text().splitlines():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if predicate is None or predicate(event):
+                events.append(event)
+        return events
+
+
+class WebhookPod:
+    """Runs the chart's digest-gate container as a kubelet would, on loopback."""
+
+    def __init__(self, cluster: ControlPlane, namespace: str, deployment: str, state: pathlib.Path, port: int):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.deployment = deployment
+        self.state = state
+        self.port = port
+        self.admin_port = free_port()
+        self.process: Process | None = None
+        self.args: list[str] = []
+
+    def _volume_files(self, volume: dict) -> dict[str, bytes]:
+        if "secret" in volume:
+            secret = self.cluster.get("secret", volume["secret"]["secretName"], self.namespace)
+            assert secret, f"Secret {volume['secret']['secretName']} is missing"
+            return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        if "configMap" in volume:
+            cm = self.cluster.get("configmap", volume["configMap"]["name"], self.namespace)
+            assert cm, f"ConfigMap {volume['configMap']['name']} is missing"
+            return {k: v.encode() for k, v in (cm.get("data") or {}).items()}
+        raise AssertionError(f"volume kind not emulated: {volume}")
+
+    def _mount(self, directory: pathlib.Path, files: dict[str, bytes]):
+        """The kubelet's atomic-writer layout: a timestamped directory, a
+        `..data` symlink to it, and one symlink per key through `..data`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = directory / f"..{time.time_ns()}"
+        stamp.mkdir()
+        for key, data in files.items():
+            (stamp / key).write_bytes(data)
+        tmp = directory / "..data_tmp"
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(stamp.name)
+        os.replace(tmp, directory / "..data")
+        for key in files:
+            link = directory / key
+            if not link.is_symlink():
+                link.symlink_to(f"..data/{key}")
+
+    def start(self, timeout: float = WAIT_TIMEOUT) -> "WebhookPod":
+        deployment = self.cluster.get("deployment", self.deployment, self.namespace)
+        assert deployment, f"Deployment {self.namespace}/{self.deployment} is missing"
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        mounts: dict[str, pathlib.Path] = {}
+        if self.state.exists():
+            shutil.rmtree(self.state)
+        for m in container.get("volumeMounts", []):
+            local = self.state / "volumes" / m["name"]
+            self._mount(local, self._volume_files(volumes[m["name"]]))
+            mounts[m["mountPath"]] = local
+
+        def local_path(value: str) -> str:
+            for mount, local in mounts.items():
+                if value == mount or value.startswith(mount + "/"):
+                    return str(local) + value[len(mount):]
+            return value
+
+        args = []
+        for arg in container.get("args", []):
+            flag, eq, value = arg.partition("=")
+            if flag == "--listen":
+                value = f"127.0.0.1:{self.port}"
+            elif flag == "--admin-listen":
+                value = f"127.0.0.1:{self.admin_port}"
+            elif eq:
+                value = local_path(value)
+            args.append(flag + eq + value if eq else arg)
+        self.args = args
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_")}
+        self.process = Process("digest-gate", [str(digest_gate_binary()), *args], self.log_path, env=env)
+
+        def ready():
+            self.process.check_alive()
+            return self.admin("/readyz")[0] == 200
+        wait_until("digest-gate /readyz", ready, timeout)
+        return self
+
+    def arg(self, flag: str) -> str | None:
+        for a in self.args:
+            if a.startswith(flag + "="):
+                return a.split("=", 1)[1]
+        return None
+
+    def admin(self, path: str) -> tuple[int, str]:
+        c = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=5)
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include `labels`."""
+        status, text = self.admin("/metrics")
+        assert status == 200
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            series, _, value = line.rpartition(" ")
+            metric, _, rest = series.partition("{")
+            if metric != name:
+                continue
+            pairs = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
+            pairs = {k: v.strip('"') for k, v in pairs.items()}
+            if all(pairs.get(k) == v for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def stop(self) -> int | None:
+        if self.process is None:
+            return None
+        code = self.process.stop()
+        self.process = None
+        return code
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        # Beside the volumes, not in them: start() clears the state directory.
+        return self.state.parent / f"{self.state.name}.log"
+
+
+def external_name_service(name: str, namespace: str, port: int) -> dict:
+    """Routes the apiserver's webhook calls for <name>.<namespace>.svc to the
+    loopback binary: the ClusterIP resolver turns ExternalName into
+    https://localhost:<port>, and TLS still verifies the service name."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"e2e.digest-gate.dev/loopback": "true"}},
+        "spec": {"type": "ExternalName", "externalName": "localhost",
+                 "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}]},
+    }

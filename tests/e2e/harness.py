@@ -1,0 +1,167 @@
+"""What the e2e tests share: the incident's images, the chart's names, and a
+digest-gate release installed with real Helm (helm-python-sdk)."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import subprocess
+
+import helm_python as helm
+import yaml
+
+from cluster import ROOT, ControlPlane, WebhookPod, external_name_service, free_port
+
+CHART = ROOT / "charts" / "digest-gate"
+FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
+RELEASE = "dg"
+RELEASE_NAMESPACE = "digest-gate"
+FULLNAME = f"{RELEASE}-digest-gate"
+MODEL_LABEL = {"modelmesh-enabled": "true"}
+
+# The incident's digests (examples/allowlist.yaml promotes the second).
+INCIDENT_IMAGE = ("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:"
+                  "7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767")
+PROMOTED_IMAGE = ("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:"
+                  "8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6")
+PROMOTED_TAG = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8:v1.21.0-15"
+
+
+def load_yaml(path: pathlib.Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+INCIDENT_SR = ROOT / "examples" / "manifests" / "incident-servingruntime.yaml"
+
+
+def incident_runtime(namespace: str) -> dict:
+    (sr,) = load_yaml(INCIDENT_SR)
+    sr["metadata"]["namespace"] = namespace
+    assert sr["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
+    return sr
+
+
+def warnings(stderr: str) -> list[str]:
+    """What kubectl printed as warnings (the apiserver's Warning headers)."""
+    return [line[len("Warning: "):] for line in stderr.splitlines() if line.startswith("Warning: ")]
+
+
+# A ClusterServingRuntime CRD that accepts any spec: the full KServe CRD does
+# not validate on 1.20 (`default: null`), and ModelMesh ships no
+# ClusterServingRuntime CRD. The group/version/kind is what the webhook sees.
+PERMISSIVE_CSR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusterservingruntimes.serving.kserve.io"},
+    "spec": {
+        "group": "serving.kserve.io", "scope": "Cluster",
+        "names": {"kind": "ClusterServingRuntime", "plural": "clusterservingruntimes",
+                  "singular": "clusterservingruntime", "listKind": "ClusterServingRuntimeList"},
+        "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+class Release:
+    """digest-gate installed by Helm, its pod played on loopback.
+
+    The chart's ClusterIP Service is swapped for an ExternalName Service of the
+    same name after every install/upgrade/rollback (service.port is the
+    loopback port, so the webhook configurations name it), and swapped back
+    out before the next Helm action: the Service Helm applies would otherwise
+    conflict on .spec.type."""
+
+    def __init__(self, cluster: ControlPlane, state: pathlib.Path):
+        self.cluster = cluster
+        self.state = state
+        self.port = free_port()
+        self.helm = helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=RELEASE_NAMESPACE)
+        self.pod = WebhookPod(cluster, RELEASE_NAMESPACE, FULLNAME, state / "pod", self.port)
+        self.installed = False
+
+    def values(self, extra: dict | None = None) -> dict:
+        base = {
+            "mode": "rewrite",
+            "service": {"port": self.port},
+            "allowlist": {"text": (ROOT / "examples" / "allowlist.yaml").read_text()},
+            # A stop of the loopback pod should not wait out a real pod's
+            # endpoint-removal delay.
+            "server": {"drainDelay": "0s", "gracePeriod": "5s"},
+        }
+        return deep_merge(base, extra or {})
+
+    def _loopback(self):
+        self.cluster.kubectl("-n", RELEASE_NAMESPACE, "delete", "service", FULLNAME, "--ignore-not-found")
+        self.cluster.apply(external_name_service(FULLNAME, RELEASE_NAMESPACE, self.port))
+
+    def _unloop(self):
+        self.pod.stop()
+        self.cluster.kubectl("-n", RELEASE_NAMESPACE, "delete", "service", FULLNAME, "--ignore-not-found")
+
+    def _started(self):
+        self._loopback()
+        self.pod.start()
+
+    def install(self, values: dict | None = None, *, chart: pathlib.Path = CHART, raw: bool = False) -> dict:
+        rel = self.helm.install(helm.Chart.load(str(chart)), RELEASE, values if raw else self.values(values),
+                                namespace=RELEASE_NAMESPACE, timeout=120)
+        self.installed = True
+        self._started()
+        return rel
+
+    def upgrade(self, values: dict | None = None, *, chart: pathlib.Path = CHART, raw: bool = False) -> dict:
+        self._unloop()
+        rel = self.helm.upgrade(helm.Chart.load(str(chart)), RELEASE, values if raw else self.values(values),
+                                namespace=RELEASE_NAMESPACE, timeout=120)
+        self._started()
+        return rel
+
+    def rollback(self, version: int | None = None):
+        self._unloop()
+        self.helm.rollback(RELEASE, version=version, timeout=120)
+        self._started()
+
+    def uninstall(self):
+        self._unloop()
+        self.helm.uninstall(RELEASE, timeout=120)
+        self.installed = False
+
+    def webhook_configurations(self) -> list[dict]:
+        found = []
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            listing = self.cluster.get(kind)
+            found += [o for o in listing["items"]
+                      if o["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE]
+        return found
+
+    def ca_bundles(self) -> dict[str, str]:
+        return {f"{o['kind']}/{w['name']}": w["clientConfig"]["caBundle"]
+                for o in self.webhook_configurations() for w in o["webhooks"]}
+
+
+def previous_chart(version: str, into: pathlib.Path) -> pathlib.Path:
+    """The chart as released at `version`, from git history: the newest
+    commit whose Chart.yaml says that version."""
+    log = subprocess.run(["git", "log", "--format=%H", "--", "charts/digest-gate/Chart.yaml"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout.split()
+    for commit in log:
+        text = subprocess.run(["git", "show", f"{commit}:charts/digest-gate/Chart.yaml"], cwd=ROOT,
+                              check=True, capture_output=True, text=True).stdout
+        if yaml.safe_load(text).get("version") == version:
+            archive = subprocess.run(["git", "archive", commit, "charts/digest-gate"], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            into.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+            return into / "charts" / "digest-gate"
+    raise AssertionError(f"no commit in this clone's history has chart version {version} (shallow clone?)")

@@ -1,0 +1,55 @@
+"""The webhook can never block its own recovery: its namespace and
+kube-system are never sent to it, even when it is down with
+failurePolicy: Fail, while the namespaces it guards refuse what it cannot
+review."""
+
+from __future__ import annotations
+
+from harness import INCIDENT_IMAGE, RELEASE_NAMESPACE
+
+
+def pod(name: str, namespace: str, image: str = INCIDENT_IMAGE) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": image}]}}
+
+
+def test_release_namespace_and_kube_system_are_never_intercepted(cluster, release, models):
+    release.install()
+    for namespace in (RELEASE_NAMESPACE, "kube-system"):
+        # Labelled like a model namespace: the exclusion still wins.
+        cluster.kubectl("label", "namespace", namespace, "modelmesh-enabled=true", "--overwrite")
+    try:
+        for namespace in (RELEASE_NAMESPACE, "kube-system"):
+            cluster.apply(pod("never-reviewed", namespace))
+            stored = cluster.get("pod", "never-reviewed", namespace)
+            assert stored["spec"]["containers"][0]["image"] == INCIDENT_IMAGE, namespace
+            cluster.kubectl("-n", namespace, "delete", "pod", "never-reviewed", "--wait=false")
+        assert release.pod.metric("digest_gate_admission_requests_total") == 0
+
+        # The same Pod in a model namespace is reviewed (and rewritten).
+        cluster.apply(pod("reviewed", models))
+        assert cluster.get("pod", "reviewed", models)["spec"]["containers"][0]["image"] != INCIDENT_IMAGE
+        assert release.pod.metric("digest_gate_admission_requests_total", kind="Pod") == 2  # mutate + validate
+    finally:
+        for namespace in (RELEASE_NAMESPACE, "kube-system"):
+            cluster.kubectl("label", "namespace", namespace, "modelmesh-enabled-")
+
+
+def test_webhook_down_refuses_selected_namespaces_but_kube_system_still_works(cluster, release, models):
+    release.install({"webhook": {"failurePolicy": "Fail"}})
+    release.pod.stop()
+
+    refused = cluster.apply(pod("refused", models), check=False)
+    assert refused.returncode != 0
+    assert 'failed calling webhook "mutate.digest-gate.dev"' in refused.stderr, refused.stderr
+    assert cluster.get("pod", "refused", models) is None
+
+    for namespace in ("kube-system", RELEASE_NAMESPACE):
+        cluster.apply(pod("still-works", namespace))
+        assert cluster.get("pod", "still-works", namespace) is not None
+        cluster.kubectl("-n", namespace, "delete", "pod", "still-works", "--wait=false")
+
+    # And once it is back, the model namespace works again.
+    release.pod.start()
+    cluster.apply(pod("admitted", models))
+    assert cluster.get("pod", "admitted", models) is not None

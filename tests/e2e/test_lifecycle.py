@@ -1,0 +1,133 @@
+"""The chart's life on a real 1.20 apiserver with real Helm: install with
+every object the apiserver accepts, upgrade, rollback, uninstall, and the
+upgrade from the previous release."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import helm_python as helm
+import pytest
+import yaml
+
+from harness import (CHART, FULLNAME, INCIDENT_IMAGE, PROMOTED_IMAGE, RELEASE, RELEASE_NAMESPACE, incident_runtime,
+                     previous_chart)
+
+PLURALS = {"ConfigMap": "configmap", "Secret": "secret", "Service": "service", "ServiceAccount": "serviceaccount",
+           "Deployment": "deployment", "PodDisruptionBudget": "poddisruptionbudget",
+           "NetworkPolicy": "networkpolicy", "MutatingWebhookConfiguration": "mutatingwebhookconfiguration",
+           "ValidatingWebhookConfiguration": "validatingwebhookconfiguration"}
+
+
+def manifest_objects(rel: dict) -> list[dict]:
+    return [d for d in yaml.safe_load_all(rel["manifest"]) if d]
+
+
+def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster, release):
+    version = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    assert (version["major"], version["minor"]) == ("1", "20")
+    # The defaults (audit mode, empty allowlist, PDB) plus every optional
+    # object that needs no CRD.
+    rel = release.install({"service": {"port": release.port}, "networkPolicy": {"enabled": True},
+                           "metrics": {"service": {"enabled": True}}}, raw=True)
+
+    objects = manifest_objects(rel)
+    kinds = {o["kind"] for o in objects}
+    assert kinds >= {"ServiceAccount", "Secret", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget",
+                     "NetworkPolicy", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}, kinds
+    for o in objects:
+        if o["kind"] == "Service" and o["metadata"]["name"] == FULLNAME:
+            continue  # swapped for the loopback ExternalName Service
+        stored = cluster.get(PLURALS[o["kind"]], o["metadata"]["name"], o["metadata"].get("namespace"))
+        assert stored is not None, f"{o['kind']} {o['metadata']['name']} was not stored"
+    # 1.20 serves no policy/v1: the chart picked v1beta1 from the cluster's APIs.
+    (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert pdb["apiVersion"] == "policy/v1beta1"
+    # NOTES tell a 1.20 user to label the namespaces the exclusion names.
+    notes = rel["notes"]
+    assert f"kubectl label namespace {RELEASE_NAMESPACE} kubernetes.io/metadata.name={RELEASE_NAMESPACE}" in notes
+    assert "kubectl label namespace kube-system kubernetes.io/metadata.name=kube-system" in notes
+    # The default audit-mode release with its empty allowlist serves.
+    assert release.pod.arg("--mode") == "audit"
+
+
+def test_helm_upgrade_keeps_the_ca_bundle(cluster, release, models):
+    release.install()
+    bundles = release.ca_bundles()
+    assert len(bundles) == 2 and len(set(bundles.values())) == 1
+    secret = cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE)["data"]
+
+    release.upgrade({"mode": "enforce"})
+    assert release.ca_bundles() == bundles
+    assert cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE)["data"] == secret
+    # The apiserver still verifies the webhook's certificate with that bundle:
+    # the upgraded (enforce) webhook answers.
+    denied = cluster.apply(incident_runtime(models), check=False)
+    assert 'admission webhook "mutate.digest-gate.dev" denied the request' in denied.stderr, denied.stderr
+
+
+def test_helm_rollback_restores_the_previous_mode(cluster, release, models):
+    release.install({"mode": "rewrite"})
+    release.upgrade({"mode": "enforce"})
+    assert release.pod.arg("--mode") == "enforce"
+
+    release.rollback()
+    history = release.helm.history(RELEASE)
+    assert [(h["revision"], h["status"]) for h in history][-1] == (3, "deployed")
+    # The stored Deployment has the first revision's args again, and the pod
+    # restarted with them rewrites instead of denying.
+    assert release.pod.arg("--mode") == "rewrite"
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+
+def test_helm_uninstall_leaves_no_webhook_configuration_behind(cluster, release, models):
+    release.install()
+    names = {o["metadata"]["name"] for o in release.webhook_configurations()}
+    assert names == {FULLNAME}
+    release.uninstall()
+
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        assert cluster.get(kind, FULLNAME) is None
+    assert cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE) is None
+    # With the webhook process gone too, nothing blocks the model namespace:
+    # a leftover Fail webhook would refuse this.
+    cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after", "namespace": models},
+                   "spec": {"containers": [{"name": "c", "image": INCIDENT_IMAGE}]}})
+    assert cluster.get("pod", "after", models)["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
+
+
+def test_upgrade_from_0_1_0_with_its_values_succeeds(cluster, release, models, tmp_path):
+    old = previous_chart("0.1.0", tmp_path / "old")
+    chart_yaml = old / "Chart.yaml"
+    meta = yaml.safe_load(chart_yaml.read_text())
+    assert meta["version"] == "0.1.0"
+
+    # 0.1.0 as released refuses this cluster: the defect this release fixes.
+    with pytest.raises(helm.HelmError, match="kubeVersion"):
+        release.helm.install(helm.Chart.load(str(old)), RELEASE, release.values(), namespace=RELEASE_NAMESPACE)
+    # So the test installs it with only that constraint lifted, and with its
+    # PodDisruptionBudget off: 0.1.0 renders policy/v1, which 1.20 lacks.
+    chart_yaml.write_text(chart_yaml.read_text().replace(meta["kubeVersion"], ">=1.20.0-0"))
+    old_values = release.values({"podDisruptionBudget": {"enabled": False},
+                                 # 0.1.0's shapes, as a user's values file would have them.
+                                 "webhook": {"configMaps": False, "workloads": False, "inferenceServices": False}})
+    release.install(old_values, chart=old, raw=True)
+    bundles = release.ca_bundles()
+
+    rel = release.upgrade(old_values, raw=True)
+    assert rel["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.1.0"
+    assert release.ca_bundles() == bundles
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+
+def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
+    """The loopback pod serves exactly the chart's Secret; the apiserver's
+    view of the CA is the bundle in the webhook configurations."""
+    release.install()
+    secret = cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE)["data"]
+    served = (release.pod.state / "volumes" / "tls" / "tls.crt").read_bytes()
+    assert served == base64.b64decode(secret["tls.crt"])
+    assert set(release.ca_bundles().values()) == {secret["ca.crt"]}

@@ -1,0 +1,127 @@
+"""A later mutating webhook adds an image; the apiserver reinvokes
+digest-gate (reinvocationPolicy: IfNeeded), so the added image is judged too.
+
+The sidecar injector is a tiny TLS webhook of this test's own. Its
+configuration is named to sort after digest-gate's, because the apiserver
+calls mutating webhooks in configuration-name order."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from cluster import external_name_service, free_port, service_certificate
+from harness import FULLNAME, PROMOTED_IMAGE, PROMOTED_TAG
+
+INJECTOR = "zz-e2e-sidecar-injector"  # sorts after "dg-digest-gate"
+INJECTOR_NAMESPACE = "e2e-sidecar"
+
+
+class SidecarInjector:
+    """Adds a `sidecar` container with a tag-only image to every Pod that
+    has none; counts its calls."""
+
+    def __init__(self, certs):
+        self.calls = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's naming)
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.calls += 1
+                request = review["request"]
+                response = {"uid": request["uid"], "allowed": True}
+                containers = request["object"]["spec"]["containers"]
+                if not any(c["name"] == "sidecar" for c in containers):
+                    patch = [{"op": "add", "path": "/spec/containers/-",
+                              "value": {"name": "sidecar", "image": PROMOTED_TAG}}]
+                    response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+                    response["patchType"] = "JSONPatch"
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                   "response": response}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certs / "tls.crt", certs / "tls.key")
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def injector_configuration(port: int, ca: bytes, namespace: str) -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": INJECTOR},
+        "webhooks": [{
+            "name": "inject.e2e.digest-gate.dev",
+            "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never", "timeoutSeconds": 5,
+            "clientConfig": {"service": {"name": INJECTOR, "namespace": INJECTOR_NAMESPACE, "path": "/inject",
+                                         "port": port},
+                             "caBundle": base64.b64encode(ca).decode()},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+        }],
+    }
+
+
+def test_sidecar_added_by_a_later_webhook_is_judged_on_reinvocation(cluster, release, models, tmp_path):
+    release.install()
+    cluster.namespace(INJECTOR_NAMESPACE)
+    certs = service_certificate(tmp_path / "injector", INJECTOR, INJECTOR_NAMESPACE)
+    with SidecarInjector(certs) as injector:
+        cluster.apply(external_name_service(INJECTOR, INJECTOR_NAMESPACE, injector.port))
+        cluster.apply(injector_configuration(injector.port, (certs / "ca.crt").read_bytes(), models))
+        try:
+            # The Pod's own image is promoted: the first call changes nothing,
+            # so everything digest-gate does here is the reinvocation's work.
+            cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runtime", "namespace": models},
+                           "spec": {"containers": [{"name": "ovms", "image": PROMOTED_IMAGE}]}})
+        finally:
+            cluster.kubectl("delete", "mutatingwebhookconfiguration", INJECTOR, "--ignore-not-found")
+            cluster.kubectl("delete", "namespace", INJECTOR_NAMESPACE, "--wait=false")
+
+    stored = cluster.get("pod", "runtime", models)
+    images = {c["name"]: c["image"] for c in stored["spec"]["containers"]}
+    assert images["ovms"] == PROMOTED_IMAGE
+    # The injector wrote a tag; the stored Pod has the digest that tag promotes.
+    assert images["sidecar"].endswith("@" + PROMOTED_IMAGE.split("@")[1]), images
+    assert injector.calls == 1
+    assert release.pod.metric("digest_gate_admission_requests_total", endpoint="mutate", kind="Pod") == 2
+
+    (event,) = cluster.audit_events(lambda e: e.get("objectRef", {}).get("resource") == "pods"
+                                    and e["objectRef"].get("namespace") == models and e["verb"] == "create")
+    annotations = event["annotations"]
+    mutations = {k.rsplit("/", 1)[1]: json.loads(v) for k, v in annotations.items()
+                 if k.startswith("mutation.webhook.admission.k8s.io/")}
+    assert mutations == {
+        "round_0_index_0": {"configuration": FULLNAME, "webhook": "mutate.digest-gate.dev", "mutated": False},
+        "round_0_index_1": {"configuration": INJECTOR, "webhook": "inject.e2e.digest-gate.dev", "mutated": True},
+        "round_1_index_0": {"configuration": FULLNAME, "webhook": "mutate.digest-gate.dev", "mutated": True},
+    }
+    rewritten = json.loads(annotations["mutate.digest-gate.dev/rewritten-images"])
+    assert "/spec/containers/1/image" in json.dumps(rewritten), rewritten
+    assert PROMOTED_TAG in json.dumps(rewritten)
+    # The patch digest-gate sent on reinvocation is in the event too.
+    patch = json.loads(annotations["patch.webhook.admission.k8s.io/round_1_index_0"])
+    assert patch["configuration"] == FULLNAME
+    assert any(op["path"] == "/spec/containers/1/image" for op in patch["patch"])
