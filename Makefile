@@ -39,7 +39,7 @@ build:
 # The e2e suite: the chart installed with real Helm on a real Kubernetes 1.20
 # control plane (etcd, kube-apiserver, kube-controller-manager on loopback),
 # the debug binary serving it. tests/e2e/control-plane.sh builds the control
-# plane from Debian's packages on first use (~8-10 minutes on 2 cores) and
+# plane from Debian's packages on first use (~7-10 minutes on 2 cores) and
 # caches it in ~/.cache/digest-gate-e2e (DIGEST_GATE_E2E_CACHE).
 e2e: $(VENV)/.installed tools build
 	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" && export DIGEST_GATE_E2E_BIN && \

@@ -4,37 +4,23 @@ the manifests, and find objects in them."""
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import pathlib
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import sys
 
 import helm_python as helm
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from support import ROOT, BackgroundServer, QuietHandler, binary, free_port, send_json  # noqa: E402 (needs the path above)
+
+# The tests import these from here.
+__all__ = ["ROOT", "binary", "free_port"]
+
 CHART = ROOT / "charts" / "digest-gate"
 RELEASE = "dg"
 NAMESPACE = "digest-gate"
-
-
-def binary() -> pathlib.Path:
-    """The debug binary `cargo test` built (the Makefile builds it first)."""
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    path = target / "debug" / "digest-gate"
-    if not path.exists():
-        subprocess.run(["cargo", "build", "--locked"], cwd=ROOT, check=True)
-    return path
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -111,7 +97,7 @@ def args(objects: list[dict]) -> list[str]:
     return container(objects)["args"]
 
 
-class FakeApiserver:
+class FakeApiserver(BackgroundServer):
     """A tiny HTTP server that answers Helm's `lookup` of Secrets the way the
     apiserver does: discovery of core/v1, then GET of one Secret."""
 
@@ -120,23 +106,13 @@ class FakeApiserver:
         self.requests: list[str] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802 (http.server's naming)
                 path = self.path.split("?")[0]
                 outer.requests.append(path)
-                status, body = outer.answer(path)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, *outer.answer(path))
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     def answer(self, path: str) -> tuple[int, dict]:
         if path == "/api/v1":
@@ -156,15 +132,7 @@ class FakeApiserver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        return f"http://127.0.0.1:{self.port}"
 
 
 @pytest.fixture

@@ -23,24 +23,22 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
+import sys
 import time
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from support import ROOT, BackgroundServer, QuietHandler, binary, free_port, send_json  # noqa: E402 (needs the path above)
+
+# Re-exported for the tests.
+__all__ = ["ROOT", "BackgroundServer", "QuietHandler", "free_port", "send_json"]
 
 # Every wait below is bounded; these are generous for a loaded 2-core machine.
 START_TIMEOUT = 90.0
 WAIT_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def binaries() -> pathlib.Path:
@@ -51,14 +49,6 @@ def binaries() -> pathlib.Path:
         return pathlib.Path(given)
     out = subprocess.run(["sh", str(HERE / "control-plane.sh")], check=True, stdout=subprocess.PIPE, text=True)
     return pathlib.Path(out.stdout.strip().splitlines()[-1])
-
-
-def digest_gate_binary() -> pathlib.Path:
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    path = target / "debug" / "digest-gate"
-    if not path.exists():
-        subprocess.run(["cargo", "build", "--locked"], cwd=ROOT, check=True)
-    return path
 
 
 def wait_until(what: str, probe, timeout: float = WAIT_TIMEOUT, interval: float = 0.2):
@@ -434,7 +424,7 @@ class WebhookPod:
             args.append(flag + eq + value if eq else arg)
         self.args = args
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_")}
-        self.process = Process("digest-gate", [str(digest_gate_binary()), *args], self.log_path, env=env)
+        self.process = Process("digest-gate", [str(binary()), *args], self.log_path, env=env)
 
         def ready():
             self.process.check_alive()
@@ -495,3 +485,30 @@ def external_name_service(name: str, namespace: str, port: int) -> dict:
         "spec": {"type": "ExternalName", "externalName": "localhost",
                  "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}]},
     }
+
+
+def main() -> int:
+    """`python tests/e2e/cluster.py [DIR]`: the suite's control plane by hand,
+    for poking at a failure. Prints the kubeconfig and runs until Ctrl-C."""
+    import argparse
+    import tempfile
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("state", nargs="?", help="state directory (default: a new temporary one)")
+    state = pathlib.Path(parser.parse_args().state or tempfile.mkdtemp(prefix="digest-gate-e2e-"))
+    cp = ControlPlane(state, binaries())
+    try:
+        cp.start()
+        print(f"export KUBECONFIG={cp.kubeconfig}\nkubectl is {cp.bin / 'kubectl'}\n"
+              f"logs and the audit log are in {state}; Ctrl-C stops it", flush=True)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cp.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

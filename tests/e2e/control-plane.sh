@@ -6,7 +6,7 @@
 #       `kubernetes` source package, upstream 1.20.2, built with Debian's Go)
 #   etcd                                               (Debian's etcd-server)
 #
-# Idempotent: the first run takes ~8-10 minutes on 2 cores; later runs find
+# Idempotent: the first run takes ~7-10 minutes on 2 cores; later runs find
 # the cached binaries and return in well under a second. The cache lives
 # outside the repository (DIGEST_GATE_E2E_CACHE, default
 # ~/.cache/digest-gate-e2e) so `git clean` and fresh clones keep it.
@@ -114,7 +114,7 @@ if cached "$BIN"; then
 fi
 
 WORK=$CACHE/$VERSION/build
-log "building $SRC_PACKAGE $VERSION in $WORK (first run: ~8-10 minutes on 2 cores)"
+log "building $SRC_PACKAGE $VERSION in $WORK (first run: ~7-10 minutes on 2 cores)"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"

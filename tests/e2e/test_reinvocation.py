@@ -10,17 +10,15 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from cluster import external_name_service, free_port, service_certificate
+from cluster import BackgroundServer, QuietHandler, external_name_service, send_json, service_certificate
 from harness import FULLNAME, PROMOTED_IMAGE, PROMOTED_TAG
 
 INJECTOR = "zz-e2e-sidecar-injector"  # sorts after "dg-digest-gate"
 INJECTOR_NAMESPACE = "e2e-sidecar"
 
 
-class SidecarInjector:
+class SidecarInjector(BackgroundServer):
     """Adds a `sidecar` container with a tag-only image to every Pod that
     has none; counts its calls."""
 
@@ -28,7 +26,7 @@ class SidecarInjector:
         self.calls = 0
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):  # noqa: N802 (http.server's naming)
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.calls += 1
@@ -40,31 +38,12 @@ class SidecarInjector:
                               "value": {"name": "sidecar", "image": PROMOTED_TAG}}]
                     response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
                     response["patchType"] = "JSONPatch"
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": response}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                      "response": response})
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(certs / "tls.crt", certs / "tls.key")
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(certs / "tls.crt", certs / "tls.key")
+        super().__init__(Handler, tls)
 
 
 def injector_configuration(port: int, ca: bytes, namespace: str) -> dict:

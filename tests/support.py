@@ -1,0 +1,67 @@
+"""Helpers the Python suites share (tests/chart and tests/e2e): where the
+repository and the debug binary are, loopback ports, and the JSON answer of
+the small HTTP servers the tests run."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import ssl
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def binary() -> pathlib.Path:
+    """The debug binary `cargo test` built (the Makefile builds it first)."""
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    path = target / "debug" / "digest-gate"
+    if not path.exists():
+        subprocess.run(["cargo", "build", "--locked"], cwd=ROOT, check=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: object):
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that keeps the test output free of access logs."""
+
+    def log_message(self, *args):
+        pass
+
+
+class BackgroundServer:
+    """A threaded HTTP(S) server on a free loopback port for the length of a
+    `with` block."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
