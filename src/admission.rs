@@ -22,7 +22,9 @@ use crate::review::{self, ImageReview, Review};
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
-/// Kubernetes truncates longer warnings.
+/// The longest warning digest-gate sends: 120 characters is what the
+/// apiserver's warning guidance recommends. (It only truncates, to 256
+/// runes each, once a response's warnings exceed 4,096 characters in all.)
 pub const MAX_WARNING_LEN: usize = 120;
 /// Warnings beyond this many are summarised in one.
 const MAX_WARNINGS: usize = 16;

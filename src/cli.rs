@@ -1,11 +1,10 @@
-//! The command line: `check`, `allowlist convert`, `allowlist lint`. Every
-//! flag also reads `DIGEST_GATE_<FLAG>` from the environment.
+//! The command line: flag definitions and dispatch for `serve`, `check`,
+//! `allowlist convert` and `allowlist lint`. Every flag also reads
+//! `DIGEST_GATE_<FLAG>` from the environment.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
@@ -68,7 +67,7 @@ fn parse_kind_mode(s: &str) -> Result<KindMode, String> {
     })
 }
 
-/// Decision flags shared by `check` and (later) `serve`.
+/// Decision flags shared by `check` and `serve`.
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
     /// Allowlist file or directory (repeat, or comma-separate in the env var).
@@ -163,28 +162,6 @@ pub enum LogFormat {
     Json,
 }
 
-/// Parses `500ms`, `10s`, `2m` or a bare number of seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (number, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (s, 1.0)
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration (e.g. 500ms, 10s, 2m)"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("'{s}' is not a duration (e.g. 500ms, 10s, 2m)"));
-    }
-    Ok(Duration::from_secs_f64(value * scale))
-}
-
 /// `digest-gate serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -213,36 +190,8 @@ pub struct ServeArgs {
     /// Where --dev writes its CA, certificate and allowlist.
     #[arg(long, env = "DIGEST_GATE_DEV_DIR", requires = "dev")]
     pub dev_dir: Option<PathBuf>,
-    /// Require client certificates signed by this CA (PEM).
-    #[arg(long, env = "DIGEST_GATE_CLIENT_CA")]
-    pub client_ca: Option<PathBuf>,
-    /// Webhook (TLS) address.
-    #[arg(long, env = "DIGEST_GATE_LISTEN", default_value = "0.0.0.0:8443")]
-    pub listen: SocketAddr,
-    /// Admin (plain HTTP) address for /healthz, /readyz and /metrics.
-    #[arg(long, env = "DIGEST_GATE_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
-    pub admin_listen: SocketAddr,
-    /// Largest AdmissionReview body accepted (bytes).
-    #[arg(long, env = "DIGEST_GATE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
-    pub max_body_bytes: usize,
-    /// Most webhook connections open at once; more wait in the backlog.
-    #[arg(long, env = "DIGEST_GATE_MAX_CONNECTIONS", default_value_t = 1024)]
-    pub max_connections: usize,
-    /// Time a client has to send request headers, and a body.
-    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub request_timeout: Duration,
-    /// Time a TLS handshake may take.
-    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub handshake_timeout: Duration,
-    /// Time in-flight reviews get to finish on SIGTERM.
-    #[arg(long, env = "DIGEST_GATE_GRACE_PERIOD", default_value = "20s", value_parser = parse_duration)]
-    pub grace_period: Duration,
-    /// Time to keep accepting after readiness turns 503 on SIGTERM.
-    #[arg(long, env = "DIGEST_GATE_DRAIN_DELAY", default_value = "0s", value_parser = parse_duration)]
-    pub drain_delay: Duration,
-    /// How often the allowlist and certificate files are re-read.
-    #[arg(long, env = "DIGEST_GATE_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
-    pub reload_interval: Duration,
+    #[command(flatten)]
+    pub server: server::Config,
     /// Log line format.
     #[arg(long, env = "DIGEST_GATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -362,7 +311,7 @@ fn run_serve(args: ServeArgs) -> u8 {
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            port = args.listen.port(),
+            port = args.server.listen.port(),
         );
         (files.cert, files.key)
     } else {
@@ -374,65 +323,12 @@ fn run_serve(args: ServeArgs) -> u8 {
     if allowlists.is_empty() {
         missing_allowlist();
     }
-    let mut config = server::Config::new(cert, key, allowlists, args.policy.policy());
-    config.listen = args.listen;
-    config.admin_listen = args.admin_listen;
-    config.client_ca = args.client_ca.clone();
-    config.max_body_bytes = args.max_body_bytes;
-    config.max_connections = args.max_connections.max(1);
-    config.request_timeout = args.request_timeout;
-    config.handshake_timeout = args.handshake_timeout;
-    config.grace_period = args.grace_period;
-    config.drain_delay = args.drain_delay;
-    config.reload_interval = args.reload_interval.max(Duration::from_millis(100));
-
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return 1;
-        }
-    };
-    runtime.block_on(async move {
-        let running = match server::start(config).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start");
-                eprintln!("error: {e}");
-                return 1;
-            }
-        };
-        let running = std::sync::Arc::new(running);
-        let signals = running.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("signal received: draining (a second signal exits at once)");
-            signals.drain();
-            wait_for_signal().await;
-            tracing::warn!("second signal: exiting now");
-            std::process::exit(1);
-        });
-        running.wait().await;
-        tracing::info!("stopped");
-        0
-    })
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    let mut config = args.server;
+    config.cert = cert;
+    config.key = key;
+    config.allowlists = allowlists;
+    config.policy = args.policy.policy();
+    server::run(config)
 }
 
 fn run_check(args: &CheckArgs) -> u8 {

@@ -44,11 +44,6 @@ impl Readiness {
         self.draining.store(true, Ordering::Release);
     }
 
-    /// Whether the server is draining.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
     /// `Ok` when ready, else why not.
     pub fn check(&self) -> Result<(), &'static str> {
         if self.draining.load(Ordering::Acquire) {

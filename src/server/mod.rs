@@ -24,51 +24,91 @@ use tls::CertStore;
 
 use crate::policy::Policy;
 
-/// Everything `serve` needs.
-#[derive(Debug, Clone)]
+/// Everything `serve` needs. The tunables are `serve`'s own flags, with
+/// their defaults declared once here; the inputs (key pair, allowlists,
+/// policy) are filled in by the caller, since `--dev` makes them.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Config {
+    /// Webhook (TLS) address.
+    #[arg(long, env = "DIGEST_GATE_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
+    /// Admin (plain HTTP) address for /healthz, /readyz and /metrics.
+    #[arg(long, env = "DIGEST_GATE_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
     pub admin_listen: SocketAddr,
+    #[arg(skip)]
     pub cert: PathBuf,
+    #[arg(skip)]
     pub key: PathBuf,
-    /// Require client certificates signed by this CA.
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, env = "DIGEST_GATE_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
+    #[arg(skip)]
     pub allowlists: Vec<PathBuf>,
+    #[arg(skip)]
     pub policy: Policy,
+    /// Largest AdmissionReview body accepted (bytes).
+    #[arg(long, env = "DIGEST_GATE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Most webhook connections open at once; more wait in the backlog.
+    #[arg(long, env = "DIGEST_GATE_MAX_CONNECTIONS", default_value = "1024", value_parser = parse_connections)]
     pub max_connections: usize,
-    /// How long a client may take to send request headers, and a body.
+    /// Time a client has to send request headers, and a body.
+    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// How long a TLS handshake may take.
+    /// Time a TLS handshake may take.
+    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
-    /// How long in-flight reviews may take to finish on shutdown.
+    /// Time in-flight reviews get to finish on SIGTERM.
+    #[arg(long, env = "DIGEST_GATE_GRACE_PERIOD", default_value = "20s", value_parser = parse_duration)]
     pub grace_period: Duration,
-    /// How long to keep accepting after readiness turns 503, so endpoints
-    /// can drop this pod before it stops listening.
+    /// Time to keep accepting after readiness turns 503 on SIGTERM, so
+    /// endpoints can drop this pod before it stops listening.
+    #[arg(long, env = "DIGEST_GATE_DRAIN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub drain_delay: Duration,
+    /// How often the allowlist and certificate files are re-read (at least 100ms).
+    #[arg(long, env = "DIGEST_GATE_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_reload_interval)]
     pub reload_interval: Duration,
 }
 
 impl Config {
-    /// Defaults for everything but the inputs.
+    /// The flags' defaults around the inputs.
     pub fn new(cert: PathBuf, key: PathBuf, allowlists: Vec<PathBuf>, policy: Policy) -> Self {
-        Self {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
-            admin_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
-            cert,
-            key,
-            client_ca: None,
-            allowlists,
-            policy,
-            max_body_bytes: 8 * 1024 * 1024,
-            max_connections: 1024,
-            request_timeout: Duration::from_secs(10),
-            handshake_timeout: Duration::from_secs(10),
-            grace_period: Duration::from_secs(20),
-            drain_delay: Duration::ZERO,
-            reload_interval: Duration::from_secs(2),
-        }
+        use clap::{Args, FromArgMatches};
+        let matches = Self::augment_args(clap::Command::new("serve"))
+            .try_get_matches_from(["serve"])
+            .expect("every flag has a default");
+        let mut config = Self::from_arg_matches(&matches).expect("the defaults parse");
+        config.cert = cert;
+        config.key = key;
+        config.allowlists = allowlists;
+        config.policy = policy;
+        config
     }
+}
+
+/// `500ms`, `10s`, `2m`, `1h 30m` (humantime), or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse()
+            .map(Duration::from_secs)
+            .map_err(|e| format!("'{s}': {e}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration (e.g. 500ms, 10s, 2m): {e}"))
+}
+
+/// At least one: a limit of none would accept nothing.
+fn parse_connections(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .map(|n| n.max(1))
+        .map_err(|e| format!("'{s}': {e}"))
+}
+
+/// Polling faster than this only burns CPU on stat calls.
+fn parse_reload_interval(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map(|d| d.max(Duration::from_millis(100)))
 }
 
 /// Why the server cannot start.
@@ -120,6 +160,58 @@ impl Running {
     pub async fn wait(&self) {
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
+    }
+}
+
+/// `digest-gate serve` to the end: a runtime, [`start`], and the signals
+/// (SIGTERM or SIGINT drains; a second one exits at once with 1). Returns
+/// the process exit code.
+pub fn run(config: Config) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        let running = match start(config).await {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start");
+                eprintln!("error: {e}");
+                return 1;
+            }
+        };
+        let signals = running.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received: draining (a second signal exits at once)");
+            signals.drain();
+            wait_for_signal().await;
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(1);
+        });
+        running.wait().await;
+        tracing::info!("stopped");
+        0
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -178,14 +270,12 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         state.clone(),
         config.allowlists.clone(),
         seen,
-        Some((
-            CertFiles {
-                cert: config.cert.clone(),
-                key: config.key.clone(),
-            },
-            store,
-            provider,
-        )),
+        CertFiles {
+            cert: config.cert.clone(),
+            key: config.key.clone(),
+        },
+        store,
+        provider,
     );
     reloader
         .spawn(config.reload_interval, drain_rx.clone())
@@ -308,5 +398,56 @@ pub async fn serve_tls(
     match tokio::time::timeout(config.grace_period, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_or_as_bare_seconds() {
+        for (text, want) in [
+            ("500ms", Duration::from_millis(500)),
+            ("10s", Duration::from_secs(10)),
+            ("2m", Duration::from_secs(120)),
+            ("1h 30m", Duration::from_secs(5400)),
+            ("0s", Duration::ZERO),
+            ("15", Duration::from_secs(15)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for bad in ["", "soon", "-1s", "1.5.2s", "10 parsecs"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(
+                err.contains("is not a duration") || err.contains(bad),
+                "{bad}: {err}"
+            );
+        }
+        assert_eq!(parse_reload_interval("1ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_connections("0"), Ok(1));
+    }
+
+    #[test]
+    fn config_new_has_the_flags_defaults() {
+        let c = Config::new(
+            "c.pem".into(),
+            "k.pem".into(),
+            vec!["a".into()],
+            Policy::default(),
+        );
+        assert_eq!(c.listen, SocketAddr::from(([0, 0, 0, 0], 8443)));
+        assert_eq!(c.admin_listen, SocketAddr::from(([0, 0, 0, 0], 8080)));
+        assert_eq!((c.max_body_bytes, c.max_connections), (8 * 1024 * 1024, 1024));
+        assert_eq!(c.request_timeout, Duration::from_secs(10));
+        assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(c.grace_period, Duration::from_secs(20));
+        assert_eq!(c.drain_delay, Duration::ZERO);
+        assert_eq!(c.reload_interval, Duration::from_secs(2));
+        assert_eq!(
+            (c.cert, c.key, c.allowlists),
+            ("c.pem".into(), "k.pem".into(), vec!["a".into()])
+        );
+        assert!(c.client_ca.is_none());
     }
 }

@@ -40,11 +40,15 @@ pub struct CertFiles {
 pub struct Reloader {
     state: Arc<State>,
     allowlists: Vec<PathBuf>,
-    certs: Option<(CertFiles, Arc<CertStore>, Arc<CryptoProvider>)>,
-    allowlist_seen: Option<u64>,
-    allowlist_stat: Option<u64>,
+    cert_files: CertFiles,
+    cert_store: Arc<CertStore>,
+    provider: Arc<CryptoProvider>,
+    allowlist_seen: u64,
+    allowlist_stat: u64,
+    /// None when the key pair could not be read at startup (it loaded, so
+    /// a read that failed in between): the next readable one is new.
     cert_seen: Option<u64>,
-    cert_stat: Option<u64>,
+    cert_stat: u64,
     polls: u32,
 }
 
@@ -129,21 +133,20 @@ impl Reloader {
         state: Arc<State>,
         allowlists: Vec<PathBuf>,
         allowlist_seen: u64,
-        certs: Option<(CertFiles, Arc<CertStore>, Arc<CryptoProvider>)>,
+        cert_files: CertFiles,
+        cert_store: Arc<CertStore>,
+        provider: Arc<CryptoProvider>,
     ) -> Self {
-        let cert_seen = certs
-            .as_ref()
-            .and_then(|(files, _, _)| read_certs(files).ok())
-            .map(|pair| fingerprint(&pair));
-        let cert_stat = certs
-            .as_ref()
-            .map(|(files, _, _)| stat_of(&[&files.cert, &files.key]));
-        let allowlist_stat = Some(allowlist_stat(&allowlists));
+        let cert_seen = read_certs(&cert_files).ok().map(|pair| fingerprint(&pair));
+        let cert_stat = stat_of(&[&cert_files.cert, &cert_files.key]);
+        let allowlist_stat = allowlist_stat(&allowlists);
         Self {
             state,
             allowlists,
-            certs,
-            allowlist_seen: Some(allowlist_seen),
+            cert_files,
+            cert_store,
+            provider,
+            allowlist_seen,
             allowlist_stat,
             cert_seen,
             cert_stat,
@@ -164,15 +167,15 @@ impl Reloader {
             return;
         }
         let stat = allowlist_stat(&self.allowlists);
-        if !forced && self.allowlist_stat == Some(stat) {
+        if !forced && self.allowlist_stat == stat {
             return;
         }
-        self.allowlist_stat = Some(stat);
+        self.allowlist_stat = stat;
         let (seen, result) = load_allowlist(&self.allowlists, &self.state.policy);
-        if self.allowlist_seen == Some(seen) {
+        if self.allowlist_seen == seen {
             return;
         }
-        self.allowlist_seen = Some(seen);
+        self.allowlist_seen = seen;
         match result {
             Ok(loaded) => {
                 let (repos, digests) = (
@@ -194,18 +197,16 @@ impl Reloader {
     }
 
     fn poll_certificate(&mut self, forced: bool) {
-        let Some((files, store, provider)) = &self.certs else {
-            return;
-        };
+        let files = &self.cert_files;
         let stat = stat_of(&[&files.cert, &files.key]);
-        if !forced && self.cert_stat == Some(stat) {
+        if !forced && self.cert_stat == stat {
             return;
         }
-        self.cert_stat = Some(stat);
+        self.cert_stat = stat;
         let (seen, result) = match read_certs(files) {
             Ok(pair) => {
                 let seen = fingerprint(&pair);
-                let parsed = tls::parse_key_pair(&files.cert, &pair.0, &files.key, &pair.1, provider)
+                let parsed = tls::parse_key_pair(&files.cert, &pair.0, &files.key, &pair.1, &self.provider)
                     .map_err(|e| e.to_string());
                 (seen, parsed)
             }
@@ -217,7 +218,7 @@ impl Reloader {
         self.cert_seen = Some(seen);
         match result {
             Ok(key) => {
-                store.swap(key);
+                self.cert_store.swap(key);
                 self.state.metrics.reload("certificate", true);
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded; new handshakes use it");
             }

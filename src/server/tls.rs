@@ -108,11 +108,6 @@ impl CertStore {
     pub fn swap(&self, key: CertifiedKey) {
         self.current.store(Arc::new(key));
     }
-
-    /// The key pair in force.
-    pub fn current(&self) -> Arc<CertifiedKey> {
-        self.current.load_full()
-    }
 }
 
 impl ResolvesServerCert for CertStore {
