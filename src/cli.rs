@@ -399,40 +399,9 @@ fn run_lint(files: &[PathBuf], strict: bool) -> u8 {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let mut report = String::new();
-    for s in &loaded.sources {
-        report.push_str(&format!(
-            "{}: {}, {} promoted image(s)\n",
-            s.file, s.format, s.entries
-        ));
-    }
-    let mut warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("warning: {w}")).collect();
-    let list = &loaded.allowlist;
-    if list.repository_count() == 0 {
-        warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
-    }
-    for repo in list.repositories() {
-        if repo.digests.len() > 1 && repo.rewrite_to().is_none() {
-            warnings.push(format!(
-                "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
-                repo.name,
-                repo.digests.len()
-            ));
-        }
-    }
-    report.push_str(&format!(
-        "total: {} repositories, {} promoted digests, {} mirror rules, {} exemptions\n",
-        list.repository_count(),
-        list.digest_count(),
-        list.mirror_rules().len(),
-        list.exemptions().len()
-    ));
-    for w in &warnings {
-        report.push_str(w);
-        report.push('\n');
-    }
-    print_out(&report);
-    u8::from(strict && !warnings.is_empty())
+    let lint = allowlist::lint(&loaded);
+    print_out(&lint.report);
+    u8::from(strict && lint.warnings > 0)
 }
 
 #[cfg(test)]

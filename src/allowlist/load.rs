@@ -97,6 +97,56 @@ pub struct Loaded {
     pub warnings: Vec<LoadError>,
 }
 
+/// What `allowlist lint` says of loaded sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lint {
+    /// What each source promotes, the totals, then one `warning:` line each.
+    pub report: String,
+    pub warnings: usize,
+}
+
+/// Lints loaded sources: what each promotes, and what would surprise the
+/// people relying on it (skipped entries, nothing promoted, several digests
+/// with no way to pick a rewrite target).
+pub fn lint(loaded: &Loaded) -> Lint {
+    let mut report = String::new();
+    for s in &loaded.sources {
+        report.push_str(&format!(
+            "{}: {}, {} promoted image(s)\n",
+            s.file, s.format, s.entries
+        ));
+    }
+    let mut warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("warning: {w}")).collect();
+    let list = &loaded.allowlist;
+    if list.repository_count() == 0 {
+        warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
+    }
+    for repo in list.repositories() {
+        if repo.digests.len() > 1 && repo.rewrite_to().is_none() {
+            warnings.push(format!(
+                "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
+                repo.name,
+                repo.digests.len()
+            ));
+        }
+    }
+    report.push_str(&format!(
+        "total: {} repositories, {} promoted digests, {} mirror rules, {} exemptions\n",
+        list.repository_count(),
+        list.digest_count(),
+        list.mirror_rules().len(),
+        list.exemptions().len()
+    ));
+    for w in &warnings {
+        report.push_str(w);
+        report.push('\n');
+    }
+    Lint {
+        report,
+        warnings: warnings.len(),
+    }
+}
+
 /// Loads and merges every file named, reading directories one level deep and
 /// skipping hidden entries (a mounted ConfigMap's `..data` and friends).
 pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {

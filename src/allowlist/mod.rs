@@ -21,8 +21,8 @@ use std::sync::Arc;
 pub use emit::to_native_yaml;
 pub use exempt::{Exemption, Pattern, PatternError};
 pub use load::{
-    Format, LoadError, LoadErrors, Loaded, Source, SourceSummary, load_paths, load_sources, load_text,
-    read_sources, source_files,
+    Format, Lint, LoadError, LoadErrors, Loaded, Source, SourceSummary, lint, load_paths, load_sources,
+    load_text, read_sources, source_files,
 };
 
 /// Where an entry came from, for conflict messages.
