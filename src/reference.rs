@@ -389,10 +389,10 @@ impl<'a> Reference<'a> {
     pub fn registry(&self) -> Option<(&'a str, &'a str)> {
         let name = self.name();
         let (first, rest) = name.split_once('/')?;
-        let looks_like_host = first.contains(['.', ':'])
-            || first == "localhost"
-            || first.bytes().any(|b| b.is_ascii_uppercase());
-        (looks_like_host && self.domain_end == first.len()).then_some((first, rest))
+        // Upper case marks a host only in references (distribution's rule):
+        // path components cannot have it, so the first one must be a host.
+        let host = looks_like_host(first) || first.bytes().any(|b| b.is_ascii_uppercase());
+        (host && self.domain_end == first.len()).then_some((first, rest))
     }
 
     /// The normalised `registry/path` used for matching, or `None` for a short
@@ -440,20 +440,41 @@ fn is_image_id(name: &str) -> bool {
     name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// Whether a name's first component is a registry host rather than a
+/// namespace: it has a '.' or a ':' (a port), or is `localhost`. Shared by
+/// references, mirror prefixes and exemption patterns so all three split
+/// `quay.io/x` and `kserve/x` alike.
+pub fn looks_like_host(first: &str) -> bool {
+    first.contains(['.', ':']) || first == "localhost"
+}
+
+/// A registry host as matching compares it: lower case, and Docker Hub's
+/// `index.docker.io` as `docker.io`. Borrowed when already canonical.
+pub fn canonical_host(host: &str) -> Cow<'_, str> {
+    let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    };
+    if host == "index.docker.io" {
+        Cow::Borrowed("docker.io")
+    } else {
+        host
+    }
+}
+
+/// Docker Hub keeps one-component names under `library/` (`docker.io/nginx`
+/// is `docker.io/library/nginx`); `host` is canonical.
+pub fn in_hub_library(host: &str, path: &str) -> bool {
+    host == "docker.io" && !path.contains('/')
+}
+
 /// Builds the canonical `registry/path`; `as_written` is returned borrowed when
 /// it already is canonical, which is the common case.
 fn canonical<'a>(registry: &str, path: &str, as_written: &'a str) -> Cow<'a, str> {
-    let lower;
-    let mut registry = if registry.bytes().any(|b| b.is_ascii_uppercase()) {
-        lower = registry.to_ascii_lowercase();
-        lower.as_str()
-    } else {
-        registry
-    };
-    if registry == "index.docker.io" {
-        registry = "docker.io";
-    }
-    let library = registry == "docker.io" && !path.contains('/');
+    let registry = canonical_host(registry);
+    let registry = &*registry;
+    let library = in_hub_library(registry, path);
     let unchanged = !library
         && as_written.len() == registry.len() + 1 + path.len()
         && as_written.starts_with(registry)
@@ -476,7 +497,7 @@ fn canonical<'a>(registry: &str, path: &str, as_written: &'a str) -> Cow<'a, str
 pub fn canonical_prefix(prefix: &str) -> Result<String, ReferenceError> {
     let trimmed = prefix.trim_end_matches('/');
     let (host, path) = trimmed.split_once('/').unwrap_or((trimmed, ""));
-    if !is_domain(host) || !(host.contains(['.', ':']) || host == "localhost") {
+    if !is_domain(host) || !looks_like_host(host) {
         return Err(ReferenceError::InvalidComponent {
             component: host.to_owned(),
         });
@@ -486,12 +507,9 @@ pub fn canonical_prefix(prefix: &str) -> Result<String, ReferenceError> {
             validate_component(component)?;
         }
     }
-    let mut host = host.to_ascii_lowercase();
-    if host == "index.docker.io" {
-        host = "docker.io".to_owned();
-    }
+    let host = canonical_host(host);
     Ok(if path.is_empty() {
-        host
+        host.into_owned()
     } else {
         format!("{host}/{path}")
     })

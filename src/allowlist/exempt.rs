@@ -71,14 +71,13 @@ impl Pattern {
         let (host, path) = repository
             .split_once('/')
             .ok_or_else(|| PatternError::NoRegistry(repository.to_owned()))?;
-        if !(host.contains(['.', ':']) || host == "localhost") || host.contains(['*', '?']) {
+        if !reference::looks_like_host(host) || host.contains(['*', '?']) {
             return Err(PatternError::NoRegistry(repository.to_owned()));
         }
-        let mut host = host.to_ascii_lowercase();
-        if host == "index.docker.io" {
-            host = "docker.io".to_owned();
-        }
-        let path = if host == "docker.io" && !path.contains(['/', '*']) {
+        let host = reference::canonical_host(host);
+        // `docker.io/*` matches every Hub namespace; only a plain name is
+        // under library/.
+        let path = if reference::in_hub_library(&host, path) && !path.contains('*') {
             format!("library/{path}")
         } else {
             path.to_owned()
