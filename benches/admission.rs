@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const POD: &str = include_str!("../bench/modelmesh-pod.json");
 const PROMOTED: &str = include_str!("../bench/modelmesh-promoted.txt");
 const REGO: &str = include_str!("rego/promoted_digests.rego");
-const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+use digest_gate::testing::BAD as NEVER_PROMOTED;
 
 /// Hex that looks like a digest, derived from `i` (no crypto needed).
 fn fake_digest(i: usize) -> String {

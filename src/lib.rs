@@ -18,6 +18,8 @@ pub mod policy;
 pub mod reference;
 pub mod review;
 pub mod server;
-#[cfg(test)]
-mod testing;
+// The incident's digests and allowlist, for unit tests, integration tests
+// and benches alike (one definition).
+#[doc(hidden)]
+pub mod testing;
 pub mod yaml;

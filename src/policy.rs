@@ -591,10 +591,8 @@ mod tests {
     use super::*;
     use crate::allowlist::load_text;
 
-    const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-    const BAD: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    use crate::testing::{BAD, GOOD, REPO};
     const OTHER: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-    const REPO: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
 
     fn allowlist() -> Allowlist {
         let text = format!(

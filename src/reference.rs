@@ -520,7 +520,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const D256: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+    use crate::testing::GOOD as D256;
 
     #[test]
     fn splits_name_tag_and_digest() {

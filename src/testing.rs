@@ -1,4 +1,5 @@
-//! Shared by the unit tests: the incident's digests and a one-entry allowlist.
+//! Shared by the unit tests, the integration tests and the benches: the
+//! incident's digests and a one-entry allowlist. Not part of the API.
 
 use crate::allowlist::{Allowlist, load_text};
 

@@ -3,18 +3,15 @@
 //! format.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-const PROMOTED: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
-const OVMS: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use common::{root, scratch};
+use digest_gate::testing::{BAD as NEVER_PROMOTED, GOOD as PROMOTED, REPO as OVMS};
 
 fn fixture(name: &str) -> String {
     let dir = root().join("tests/fixtures/upstream/servingruntimes");
@@ -70,14 +67,6 @@ fn check(allowlist: &str, file: &str, extra: &[&str]) -> Run {
     let mut args = vec!["check", "--allowlist", allowlist, "-f", file];
     args.extend_from_slice(extra);
     digest_gate(&args, None)
-}
-
-/// A scratch directory unique to the test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("digest-gate-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]

@@ -12,7 +12,7 @@ use common::*;
 use digest_gate::server;
 use serde_json::{Value, json};
 
-const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+use digest_gate::testing::BAD as NEVER_PROMOTED;
 
 fn runtime() -> Value {
     json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",

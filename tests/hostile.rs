@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 
-const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+use digest_gate::testing::BAD as NEVER_PROMOTED;
 
 fn state() -> Arc<State> {
     ready_state()

@@ -1,15 +1,14 @@
 //! The distribution project's published reference test vectors, re-typed as
 //! data in `tests/data/reference_vectors.json`, run against our parser.
 
+mod common;
+
 use digest_gate::reference::{self, ReferenceError};
 use serde_json::Value;
 
 fn vectors() -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/reference_vectors.json"
-    ))
-    .expect("vector file");
+    let text = std::fs::read_to_string(common::root().join("tests/data/reference_vectors.json"))
+        .expect("vector file");
     serde_json::from_str(&text).expect("vector file is JSON")
 }
 

@@ -1,8 +1,6 @@
 //! The library path on real manifests: ModelMesh's rendered Deployments and
 //! the upstream runtimes, reviewed, patched, and reviewed again.
 
-use std::path::PathBuf;
-
 use digest_gate::allowlist::{self, Allowlist};
 use digest_gate::objects;
 use digest_gate::policy::{Policy, Verdict};
@@ -10,11 +8,10 @@ use digest_gate::review::{self, REWRITTEN_ANNOTATION};
 use digest_gate::yaml;
 use serde_json::Value;
 
-const PROMOTED: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use common::root;
+use digest_gate::testing::GOOD as PROMOTED;
 
 fn example_allowlist() -> Allowlist {
     allowlist::load_paths(&[root().join("examples/allowlist.yaml")])

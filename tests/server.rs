@@ -17,9 +17,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-const PROMOTED: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-const NEVER_PROMOTED: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
-const OVMS: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+use digest_gate::testing::{BAD as NEVER_PROMOTED, GOOD as PROMOTED, REPO as OVMS};
 
 fn example_allowlist_path() -> PathBuf {
     root().join("examples/allowlist.yaml")

@@ -855,8 +855,7 @@ fn is_structured(text: &str) -> bool {
 mod tests {
     use super::*;
 
-    const A: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
-    const B: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    use crate::testing::{BAD as B, GOOD as A};
 
     fn errors(name: &str, text: &str) -> Vec<LoadError> {
         load_text(name, text).expect_err("should fail").0
