@@ -19,6 +19,7 @@ use crate::allowlist::Allowlist;
 use crate::objects;
 use crate::policy::{Finding, Mode, Policy, Trigger, Verdict, short_digest};
 use crate::review::{self, ImageReview, Review};
+use crate::text::{self, Cut};
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -450,62 +451,28 @@ fn rewrite_warning(i: &ImageReview) -> String {
 
 /// Keeps a warning within [`MAX_WARNING_LEN`] characters on one line: the
 /// container name in it comes from the request.
-fn fit(text: &str) -> String {
-    // Almost every warning is short and clean: return it without walking it
-    // again. Otherwise build the result in one buffer (this runs per rewritten
-    // image on the request path).
-    let clean = !text.contains(|c: char| c.is_control());
-    if clean && text.chars().count() <= MAX_WARNING_LEN {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len().min(4 * MAX_WARNING_LEN) + 4);
-    let mut count = 0;
-    // Only control characters are escaped: escape_default would also escape
-    // quotes and non-ASCII, which read fine in a warning.
-    let mut chars = text.chars().flat_map(|c| {
-        let (escaped, kept) = match c.is_control() {
-            true => (Some(c.escape_default()), None),
-            false => (None, Some(c)),
-        };
-        escaped.into_iter().flatten().chain(kept)
-    });
-    while let Some(c) = chars.next() {
-        if count == MAX_WARNING_LEN - 1 {
-            // One more character fits only if it is the last one.
-            match chars.next() {
-                None => out.push(c),
-                Some(_) => out.push('…'),
-            }
-            return out;
-        }
-        out.push(c);
-        count += 1;
-    }
-    out
+fn fit(warning: &str) -> String {
+    text::one_line(warning, MAX_WARNING_LEN, Cut::End).into_owned()
 }
 
-fn limit_warnings(mut warnings: Vec<String>) -> Vec<String> {
-    if warnings.len() > MAX_WARNINGS {
-        let extra = warnings.len() - (MAX_WARNINGS - 1);
-        warnings.truncate(MAX_WARNINGS - 1);
-        warnings.push(format!(
-            "digest-gate: and {extra} more image(s); see the rewritten-images annotation"
-        ));
+fn limit_warnings(warnings: Vec<String>) -> Vec<String> {
+    if warnings.len() <= MAX_WARNINGS {
+        return warnings;
     }
-    warnings
+    let (mut kept, more) = text::first(warnings, MAX_WARNINGS - 1);
+    kept.push(format!(
+        "digest-gate: and {more} more image(s); see the rewritten-images annotation"
+    ));
+    kept
 }
 
 fn denial_message(messages: Vec<String>) -> String {
-    let total = messages.len();
-    let mut text = messages
-        .into_iter()
-        .take(MAX_DENIALS_LISTED)
-        .collect::<Vec<_>>()
-        .join("; ");
-    if total > MAX_DENIALS_LISTED {
-        text.push_str(&format!("; and {} more image(s)", total - MAX_DENIALS_LISTED));
+    let (listed, more) = text::first(messages, MAX_DENIALS_LISTED);
+    let mut joined = listed.join("; ");
+    if more > 0 {
+        joined.push_str(&format!("; and {more} more image(s)"));
     }
-    text
+    joined
 }
 
 fn encode(request: &RequestIn, response: Response) -> Answer {

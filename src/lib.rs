@@ -18,6 +18,7 @@ pub mod policy;
 pub mod reference;
 pub mod review;
 pub mod server;
+pub mod text;
 // The incident's digests and allowlist, for unit tests, integration tests
 // and benches alike (one definition).
 #[doc(hidden)]

@@ -11,6 +11,7 @@ use std::fmt;
 
 use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted};
 use crate::reference::{self, Reference, ReferenceError};
+use crate::text::{self, Cut};
 
 /// How non-compliant images are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -327,48 +328,19 @@ const MAX_SHOWN_IMAGE: usize = 200;
 /// Longest message about one image.
 const MAX_MESSAGE: usize = 2048;
 
-/// An image as messages show it: shortened in the middle when very long,
-/// control characters escaped.
+/// An image as messages show it: shortened in the middle when very long
+/// (the digest at the end is what tells images apart), on one line.
 fn shown(image: &str) -> Cow<'_, str> {
-    let long = image.chars().count() > MAX_SHOWN_IMAGE;
-    if !long && !image.contains(|c: char| c.is_control()) {
-        return Cow::Borrowed(image);
-    }
-    let escape = |c: char| -> String {
-        if c.is_control() {
-            c.escape_default().collect()
-        } else {
-            c.to_string()
-        }
-    };
-    if !long {
-        return Cow::Owned(image.chars().map(escape).collect());
-    }
-    let head: String = image.chars().take(120).map(escape).collect();
-    let tail: Vec<char> = image.chars().rev().take(40).collect();
-    let tail: String = tail.into_iter().rev().map(escape).collect();
-    Cow::Owned(format!("{head}…{tail} ({} bytes)", image.len()))
+    text::one_line(image, MAX_SHOWN_IMAGE, Cut::Middle { head: 120, tail: 40 })
 }
 
-/// Caps a message and escapes control characters anywhere in it (container
-/// names and reference errors echo input too).
+/// Caps a message and keeps it on one line (container names and reference
+/// errors echo input too).
 fn tidy(message: String) -> String {
-    if message.len() <= MAX_MESSAGE && !message.contains(|c: char| c.is_control()) {
-        return message;
+    if let Cow::Owned(tidied) = text::one_line(&message, MAX_MESSAGE, Cut::End) {
+        return tidied;
     }
-    let mut out = String::with_capacity(MAX_MESSAGE + 8);
-    for c in message.chars() {
-        if out.len() >= MAX_MESSAGE {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    message
 }
 
 /// `sha256:` and the first 12 hex characters.
@@ -378,14 +350,10 @@ pub fn short_digest(digest: &str) -> &str {
 }
 
 fn join_candidates(c: &[String]) -> String {
-    let mut s = c
-        .iter()
-        .take(MAX_CANDIDATES)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(" or ");
-    if c.len() > MAX_CANDIDATES {
-        s.push_str(&format!(" (and {} more)", c.len() - MAX_CANDIDATES));
+    let (listed, more) = text::first(c.iter().map(String::as_str).collect(), MAX_CANDIDATES);
+    let mut s = listed.join(" or ");
+    if more > 0 {
+        s.push_str(&format!(" (and {more} more)"));
     }
     s
 }

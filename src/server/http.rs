@@ -19,6 +19,7 @@ use crate::admission::{self, Endpoint};
 use crate::allowlist::Allowlist;
 use crate::metrics::{self, Metrics, RequestLabels};
 use crate::policy::Policy;
+use crate::text::{self, Cut};
 
 /// Whether the server may receive traffic.
 #[derive(Debug, Default)]
@@ -258,16 +259,10 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         .into_response()
 }
 
-/// A request-supplied string as a log field: one line, bounded.
+/// A request-supplied string as a log field: one line, bounded (253 is the
+/// longest DNS subdomain, which names and namespaces are).
 fn loggable(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.len() <= 253 && !s.contains(|c: char| c.is_control()) {
-        return s.into();
-    }
-    let mut out: String = s.chars().take(253).flat_map(char::escape_default).collect();
-    if s.chars().count() > 253 {
-        out.push('…');
-    }
-    out.into()
+    text::one_line(s, 253, Cut::End)
 }
 
 async fn readyz(Extract(state): Extract<Arc<State>>) -> Response {
