@@ -49,28 +49,7 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
-/// The kinds digest-gate reads, for labels; anything else is `other`.
-const KINDS: &[&str] = &[
-    "Pod",
-    "ServingRuntime",
-    "ClusterServingRuntime",
-    "InferenceService",
-    "Deployment",
-    "ReplicaSet",
-    "StatefulSet",
-    "DaemonSet",
-    "Job",
-    "CronJob",
-    "ReplicationController",
-    "PodTemplate",
-    "ConfigMap",
-    "Template",
-];
-
-/// A closed-set label for a kind.
-pub fn kind_label(kind: &str) -> &'static str {
-    KINDS.iter().find(|k| **k == kind).copied().unwrap_or("other")
-}
+pub use crate::objects::kind_label;
 
 /// A closed-set label for an operation.
 pub fn operation_label(operation: &str) -> &'static str {

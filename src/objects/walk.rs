@@ -1,187 +1,66 @@
-//! Where images live: every image site of the kinds digest-gate knows, each
-//! with its JSON Pointer and the container (or volume) it belongs to.
-//!
-//! Walkers are defensive: KServe's minimal CRD does not validate `spec`, so a
-//! `containers` that is not a list or an image that is not a string becomes a
-//! site with a reason, never a panic. Kinds without images are not errors.
+//! The walkers: every image site of an object, by its kind's layout.
 
 use serde_json::Value;
 
-use crate::yaml::{self, Document};
-
-/// What an image site belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Container,
-    InitContainer,
-    EphemeralContainer,
-    /// A container of a multi-node runtime's `workerSpec`.
-    WorkerContainer,
-    /// An image volume (`volumes[].image.reference`).
-    Volume,
-    /// An InferenceService predictor's model or framework image.
-    Predictor,
-    /// The explainer's image.
-    Explainer,
-    /// Structure around images that is malformed.
-    Structure,
-}
-
-/// One place an image is (or should be) written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Site {
-    /// JSON Pointer in the object. For a document embedded in a ConfigMap:
-    /// `/data/<key>#<pointer in the document>`.
-    pub pointer: String,
-    pub role: Role,
-    /// Container or volume name (or framework, for InferenceService).
-    pub name: Option<String>,
-    /// The image, or why there is no usable one here.
-    pub image: Result<String, String>,
-    /// For embedded documents: which one, and the pointer inside it.
-    pub embedded: Option<EmbeddedSite>,
-}
-
-/// Where an embedded site lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmbeddedSite {
-    /// Index into [`Walk::embedded`].
-    pub source: usize,
-    /// Document index within the embedded text.
-    pub document: usize,
-    /// Pointer inside that document.
-    pub pointer: String,
-    /// Line of the image inside the embedded text.
-    pub line: usize,
-}
-
-/// A YAML text inside an object (a ConfigMap value) that holds runtimes.
-#[derive(Debug, Clone)]
-pub struct Embedded {
-    /// Pointer of the string in the object, e.g. `/data/default-config`.
-    pub pointer: String,
-    pub text: String,
-    pub documents: Vec<Document>,
-}
-
-/// The image sites of one object.
-#[derive(Debug, Clone, Default)]
-pub struct Walk {
-    /// Whether the kind is one digest-gate knows how to read.
-    pub known: bool,
-    pub sites: Vec<Site>,
-    pub embedded: Vec<Embedded>,
-}
-
-// === impl Site ===
-
-impl Site {
-    /// How messages refer to this site, e.g. `container "ovms"`.
-    pub fn describe(&self) -> String {
-        let what = match self.role {
-            Role::Container => "container",
-            Role::InitContainer => "init container",
-            Role::EphemeralContainer => "ephemeral container",
-            Role::WorkerContainer => "worker container",
-            Role::Volume => "image volume",
-            Role::Predictor => "predictor",
-            Role::Explainer => "explainer",
-            Role::Structure => return format!("at {}", self.pointer),
-        };
-        match &self.name {
-            Some(name) => format!("{what} \"{name}\""),
-            None => format!("{what} at {}", self.pointer),
-        }
-    }
-}
-
-/// Finds the image sites of `object` by its own `apiVersion` and `kind`.
-pub fn walk(object: &Value) -> Walk {
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    walk_as(group_of(api_version), kind, object)
-}
-
-/// The API group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
-pub fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
-
-/// Finds the image sites of `object`, read as `group`/`kind` (the webhook
-/// knows the kind from the request even when the object omits it).
-pub fn walk_as(group: &str, kind: &str, object: &Value) -> Walk {
-    let mut walk = Walk::default();
-    walk.known = visit(group, kind, object, "", &mut walk, 0);
-    walk
-}
+use super::kinds::{self, Layout};
+use super::{Embedded, EmbeddedSite, Role, Site, Walk, group_of};
+use crate::yaml;
 
 /// Templates can nest; nothing legitimate nests deeper than this.
 const MAX_TEMPLATE_DEPTH: usize = 8;
 
-/// The workload kinds whose pod template is at `/spec/template`.
-fn has_pod_template(group: &str, kind: &str) -> bool {
-    matches!(
-        (group, kind),
-        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
-            | ("batch", "Job")
-            | ("", "ReplicationController")
-            | ("extensions", "Deployment" | "ReplicaSet" | "DaemonSet")
-    )
-}
-
-fn visit(group: &str, kind: &str, object: &Value, ptr: &str, walk: &mut Walk, depth: usize) -> bool {
+/// Walks `object` at `ptr` by its kind's layout; false when digest-gate
+/// does not read `group`/`kind`.
+pub(super) fn visit(
+    group: &str,
+    kind: &str,
+    object: &Value,
+    ptr: &str,
+    walk: &mut Walk,
+    depth: usize,
+) -> bool {
+    let Some(entry) = kinds::find(group, kind) else {
+        return false;
+    };
     let mut out = Collector {
         sites: &mut walk.sites,
     };
-    match (group, kind) {
-        ("", "Pod") => out.pod_spec(object.get("spec"), &format!("{ptr}/spec")),
-        ("", "PodTemplate") => {
-            out.pod_spec(object.pointer("/template/spec"), &format!("{ptr}/template/spec"))
-        }
-        (g, k) if has_pod_template(g, k) => out.pod_spec(
-            object.pointer("/spec/template/spec"),
-            &format!("{ptr}/spec/template/spec"),
-        ),
-        ("batch", "CronJob") => out.pod_spec(
-            object.pointer("/spec/jobTemplate/spec/template/spec"),
-            &format!("{ptr}/spec/jobTemplate/spec/template/spec"),
-        ),
-        ("serving.kserve.io", "ServingRuntime" | "ClusterServingRuntime") => {
-            out.runtime_spec(object.get("spec"), &format!("{ptr}/spec"))
-        }
-        ("serving.kserve.io", "InferenceService") => {
-            out.inference_service(object.get("spec"), &format!("{ptr}/spec"))
-        }
-        ("", "ConfigMap") => embedded_runtimes(object, ptr, walk),
-        ("template.openshift.io" | "", "Template") => {
-            let objects_ptr = format!("{ptr}/objects");
-            match object.get("objects") {
-                None | Some(Value::Null) => {}
-                Some(Value::Array(items)) => {
-                    for (i, item) in items.iter().enumerate() {
-                        let item_ptr = format!("{objects_ptr}/{i}");
-                        if depth >= MAX_TEMPLATE_DEPTH {
-                            walk.sites
-                                .push(structure(&item_ptr, "Templates are nested too deeply".into()));
-                            break;
-                        }
-                        let kind = item.get("kind").and_then(Value::as_str).unwrap_or("");
-                        let group = group_of(item.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
-                        visit(group, kind, item, &item_ptr, walk, depth + 1);
-                    }
-                }
-                Some(other) => walk.sites.push(structure(
-                    &objects_ptr,
-                    format!(
-                        "Template objects must be a list, found {}",
-                        yaml::type_name(other)
-                    ),
-                )),
-            }
-        }
-        _ => return false,
+    match entry.layout {
+        Layout::PodSpec(at) => out.pod_spec(object.pointer(at), &format!("{ptr}{at}")),
+        Layout::Runtime => out.runtime_spec(object.get("spec"), &format!("{ptr}/spec")),
+        Layout::InferenceService => out.inference_service(object.get("spec"), &format!("{ptr}/spec")),
+        Layout::EmbeddedRuntimes => embedded_runtimes(object, ptr, walk),
+        Layout::Template => template_objects(object, ptr, walk, depth),
     }
     true
+}
+
+/// A Template's objects, each walked by its own kind.
+fn template_objects(object: &Value, ptr: &str, walk: &mut Walk, depth: usize) {
+    let objects_ptr = format!("{ptr}/objects");
+    match object.get("objects") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let item_ptr = format!("{objects_ptr}/{i}");
+                if depth >= MAX_TEMPLATE_DEPTH {
+                    walk.sites
+                        .push(structure(&item_ptr, "Templates are nested too deeply".into()));
+                    break;
+                }
+                let kind = item.get("kind").and_then(Value::as_str).unwrap_or("");
+                let group = group_of(item.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
+                visit(group, kind, item, &item_ptr, walk, depth + 1);
+            }
+        }
+        Some(other) => walk.sites.push(structure(
+            &objects_ptr,
+            format!(
+                "Template objects must be a list, found {}",
+                yaml::type_name(other)
+            ),
+        )),
+    }
 }
 
 fn structure(pointer: &str, reason: String) -> Site {
@@ -309,19 +188,6 @@ impl Collector<'_> {
     }
 
     fn inference_service(&mut self, spec: Option<&Value>, ptr: &str) {
-        /// Legacy per-framework predictors, each an inline container.
-        const FRAMEWORKS: [&str; 10] = [
-            "sklearn",
-            "xgboost",
-            "tensorflow",
-            "pytorch",
-            "triton",
-            "onnx",
-            "huggingface",
-            "pmml",
-            "lightgbm",
-            "paddle",
-        ];
         let Some(spec) = self.mapping(spec, ptr) else {
             return;
         };
@@ -335,24 +201,18 @@ impl Collector<'_> {
             };
             self.runtime_parts(c, &cptr);
             self.containers(c, &cptr, "initContainers", Role::InitContainer);
-            let inline: &[&str] = match component {
-                "predictor" => &FRAMEWORKS,
-                "explainer" => &["art"],
-                _ => &[],
+            let (inline, role) = match component {
+                "predictor" => (kinds::PREDICTOR_INLINE, Role::Predictor),
+                "explainer" => (kinds::EXPLAINER_INLINE, Role::Explainer),
+                _ => continue,
             };
-            let model = (component == "predictor").then_some("model");
-            for field in model.iter().chain(inline) {
+            for field in inline {
                 if c.get(*field).is_none_or(Value::is_null) {
                     continue;
                 }
                 let fptr = join(&cptr, field);
                 let Some(m) = self.mapping(c.get(*field), &fptr) else {
                     continue;
-                };
-                let role = if component == "predictor" {
-                    Role::Predictor
-                } else {
-                    Role::Explainer
                 };
                 self.image(m.get("image"), join(&fptr, "image"), role, Some(field));
             }
@@ -444,7 +304,11 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
     let runtimes_config = name == Some(RUNTIMES_CONFIGMAP);
     for (key, value) in data {
         let Value::String(text) = value else { continue };
-        if !text.contains("ServingRuntime") {
+        // Cheap before parsing: a runtime document names its kind.
+        if !kinds::KINDS
+            .iter()
+            .any(|k| k.layout == Layout::Runtime && text.contains(k.name))
+        {
             continue;
         }
         let pointer = format!("{ptr}/data/{}", yaml::escape_token(key));
@@ -463,7 +327,7 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
         let mut sites = Vec::new();
         for doc in &documents {
             let kind = doc.value.get("kind").and_then(Value::as_str).unwrap_or("");
-            if !matches!(kind, "ServingRuntime" | "ClusterServingRuntime") {
+            if !kinds::is_runtime(kind) {
                 continue;
             }
             let before = sites.len();
@@ -498,6 +362,7 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::walk;
     use serde_json::json;
 
     fn pointers(w: &Walk) -> Vec<(&str, Option<&str>)> {
@@ -706,277 +571,5 @@ mod tests {
         assert!(w.sites.is_empty());
         // A ServingRuntime kind from another group is not KServe's.
         assert!(!walk(&json!({"apiVersion": "example.com/v1", "kind": "ServingRuntime"})).known);
-    }
-}
-
-// === decoding only what the walkers read ===
-
-/// What of an object the walkers read: image sites, the metadata reviews and
-/// patches need, and ConfigMap data. Everything else (env, args, probes,
-/// managedFields, status) is skipped while decoding, without allocating.
-///
-/// Keep this in step with [`walk`]: the tests check that a pruned object walks
-/// to exactly the sites of the full one.
-#[derive(Debug)]
-pub enum Shape {
-    /// Keep the value whole.
-    Keep,
-    /// An object: keep these keys, each shaped; drop the rest.
-    Object(&'static [(&'static str, &'static Shape)]),
-    /// An array whose elements are shaped.
-    List(&'static Shape),
-}
-
-static KEEP: Shape = Shape::Keep;
-static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
-static CONTAINERS: Shape = Shape::List(&CONTAINER);
-static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
-static VOLUMES: Shape = Shape::List(&VOLUME);
-/// The union of a pod spec, a runtime spec, an InferenceService component,
-/// and the workload kinds' templates.
-static SPEC: Shape = Shape::Object(&[
-    ("containers", &CONTAINERS),
-    ("initContainers", &CONTAINERS),
-    ("ephemeralContainers", &CONTAINERS),
-    ("volumes", &VOLUMES),
-    ("workerSpec", &SPEC),
-    ("template", &TEMPLATE),
-    ("jobTemplate", &JOB_TEMPLATE),
-    ("predictor", &SPEC),
-    ("transformer", &SPEC),
-    ("explainer", &SPEC),
-    ("model", &CONTAINER),
-    ("art", &CONTAINER),
-    ("sklearn", &CONTAINER),
-    ("xgboost", &CONTAINER),
-    ("tensorflow", &CONTAINER),
-    ("pytorch", &CONTAINER),
-    ("triton", &CONTAINER),
-    ("onnx", &CONTAINER),
-    ("huggingface", &CONTAINER),
-    ("pmml", &CONTAINER),
-    ("lightgbm", &CONTAINER),
-    ("paddle", &CONTAINER),
-]);
-static TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)]);
-static JOB_TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)]);
-static METADATA: Shape = Shape::Object(&[
-    ("name", &KEEP),
-    ("generateName", &KEEP),
-    ("namespace", &KEEP),
-    ("annotations", &KEEP),
-    ("deletionTimestamp", &KEEP),
-]);
-/// A Kubernetes object as the walkers read it.
-pub static OBJECT: Shape = Shape::Object(&[
-    ("apiVersion", &KEEP),
-    ("kind", &KEEP),
-    ("metadata", &METADATA),
-    ("spec", &SPEC),
-    ("template", &TEMPLATE),
-    ("data", &KEEP),
-    ("objects", &OBJECTS),
-]);
-static OBJECTS: Shape = Shape::List(&OBJECT);
-
-/// Decodes a value keeping only what `shape` names. A value whose JSON type
-/// does not match its shape is kept whole, so the walkers still see (and
-/// explain) malformed structure.
-#[derive(Debug, Clone, Copy)]
-pub struct Pruned(pub &'static Shape);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Pruned {
-    type Value = Value;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        match self.0 {
-            Shape::Keep => <Value as serde::Deserialize>::deserialize(deserializer),
-            shape => deserializer.deserialize_any(PrunedVisitor(shape)),
-        }
-    }
-}
-
-struct PrunedVisitor(&'static Shape);
-
-impl<'de> serde::de::Visitor<'de> for PrunedVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        match self.0 {
-            Shape::List(element) => {
-                while let Some(v) = seq.next_element_seed(Pruned(element))? {
-                    items.push(v);
-                }
-            }
-            _ => {
-                while let Some(v) = seq.next_element::<Value>()? {
-                    items.push(v);
-                }
-            }
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        match self.0 {
-            Shape::Object(fields) => {
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match fields.iter().find(|(name, _)| *name == key) {
-                        Some((_, shape)) => {
-                            let v = map.next_value_seed(Pruned(shape))?;
-                            out.insert(key.into_owned(), v);
-                        }
-                        None => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
-                        }
-                    }
-                }
-            }
-            _ => {
-                while let Some((k, v)) = map.next_entry::<String, Value>()? {
-                    out.insert(k, v);
-                }
-            }
-        }
-        Ok(Value::Object(out))
-    }
-}
-
-#[cfg(test)]
-mod prune_tests {
-    use super::*;
-    use proptest::prelude::*;
-    use serde::de::DeserializeSeed;
-
-    fn pruned(v: &Value) -> Value {
-        let text = serde_json::to_string(v).unwrap();
-        Pruned(&OBJECT)
-            .deserialize(&mut serde_json::Deserializer::from_str(&text))
-            .unwrap()
-    }
-
-    fn same_walk(v: &Value) {
-        let (a, b) = (walk(v), walk(&pruned(v)));
-        assert_eq!(a.known, b.known);
-        assert_eq!(a.sites, b.sites, "{v}");
-        assert_eq!(a.embedded.len(), b.embedded.len());
-    }
-
-    #[test]
-    fn pruning_keeps_images_and_drops_the_rest() {
-        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"x": 1}], "annotations": {"k": "v"}},
-            "spec": {"containers": [{"name": "c", "image": "q.io/x:1", "env": [{"name": "A", "value": "1"}], "args": ["x"]}],
-                     "nodeName": "n", "volumes": [{"name": "v", "configMap": {"name": "cm"}}]},
-            "status": {"phase": "Pending"}});
-        let p = pruned(&pod);
-        assert_eq!(
-            p,
-            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "annotations": {"k": "v"}},
-            "spec": {"containers": [{"name": "c", "image": "q.io/x:1"}], "volumes": [{"name": "v"}]}})
-        );
-        same_walk(&pod);
-    }
-
-    #[test]
-    fn malformed_values_are_kept_whole() {
-        let sr = serde_json::json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
-            "spec": {"containers": {"name": "x", "image": 3}, "workerSpec": ["a"], "volumes": "v"}});
-        assert_eq!(pruned(&sr)["spec"], sr["spec"]);
-        same_walk(&sr);
-    }
-
-    fn json_value() -> impl Strategy<Value = Value> {
-        let key = prop_oneof![
-            Just("containers"),
-            Just("initContainers"),
-            Just("image"),
-            Just("name"),
-            Just("spec"),
-            Just("template"),
-            Just("volumes"),
-            Just("reference"),
-            Just("workerSpec"),
-            Just("objects"),
-            Just("kind"),
-            Just("apiVersion"),
-            Just("predictor"),
-            Just("model"),
-            Just("data"),
-            Just("other"),
-        ]
-        .prop_map(str::to_owned);
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i32>().prop_map(Value::from),
-            prop_oneof![
-                Just("Pod"),
-                Just("v1"),
-                Just("Template"),
-                Just("q.io/a:1"),
-                Just("serving.kserve.io/v1alpha1"),
-                Just("ServingRuntime"),
-                Just("apps/v1"),
-                Just("Deployment")
-            ]
-            .prop_map(Value::from),
-        ];
-        leaf.prop_recursive(6, 96, 5, move |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::btree_map(key.clone(), inner, 0..5)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn pruned_objects_walk_like_full_ones(v in json_value(), kind in prop_oneof![Just(("v1", "Pod")), Just(("serving.kserve.io/v1alpha1", "ServingRuntime")), Just(("template.openshift.io/v1", "Template")), Just(("apps/v1", "Deployment")), Just(("batch/v1", "CronJob")), Just(("serving.kserve.io/v1beta1", "InferenceService"))]) {
-            let mut object = serde_json::json!({"apiVersion": kind.0, "kind": kind.1});
-            object["spec"] = v.clone();
-            object["objects"] = serde_json::json!([{"apiVersion": kind.0, "kind": kind.1, "spec": v}]);
-            same_walk(&object);
-        }
     }
 }

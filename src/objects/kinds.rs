@@ -1,0 +1,175 @@
+//! The kinds digest-gate reads, one entry each: the walker dispatches on
+//! this table, metrics label kinds from it, and the pruned decoder keeps
+//! the inline image fields it names. Adding a kind is one entry here (and
+//! its tests).
+
+/// Where a kind keeps its images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A pod spec at this JSON Pointer.
+    PodSpec(&'static str),
+    /// A KServe runtime spec at `/spec`: containers, image volumes, and the
+    /// `workerSpec` of multi-node runtimes.
+    Runtime,
+    /// An InferenceService: runtime-like components under `/spec`, plus the
+    /// inline images of [`PREDICTOR_INLINE`] and [`EXPLAINER_INLINE`].
+    InferenceService,
+    /// ServingRuntime documents embedded in `data` values.
+    EmbeddedRuntimes,
+    /// Objects of any kind in `/objects`, each read by its own kind.
+    Template,
+}
+
+/// One kind digest-gate reads.
+#[derive(Debug)]
+pub struct Kind {
+    /// The kind's name, which is also its metrics label.
+    pub name: &'static str,
+    /// The API groups it is read in (`""` is the core group).
+    pub groups: &'static [&'static str],
+    pub layout: Layout,
+}
+
+const WORKLOAD_TEMPLATE: Layout = Layout::PodSpec("/spec/template/spec");
+
+/// Every kind digest-gate reads.
+pub static KINDS: &[Kind] = &[
+    Kind {
+        name: "Pod",
+        groups: &[""],
+        layout: Layout::PodSpec("/spec"),
+    },
+    Kind {
+        name: "ServingRuntime",
+        groups: &["serving.kserve.io"],
+        layout: Layout::Runtime,
+    },
+    Kind {
+        name: "ClusterServingRuntime",
+        groups: &["serving.kserve.io"],
+        layout: Layout::Runtime,
+    },
+    Kind {
+        name: "InferenceService",
+        groups: &["serving.kserve.io"],
+        layout: Layout::InferenceService,
+    },
+    // extensions/v1beta1 still reaches webhooks from old manifests.
+    Kind {
+        name: "Deployment",
+        groups: &["apps", "extensions"],
+        layout: WORKLOAD_TEMPLATE,
+    },
+    Kind {
+        name: "ReplicaSet",
+        groups: &["apps", "extensions"],
+        layout: WORKLOAD_TEMPLATE,
+    },
+    Kind {
+        name: "StatefulSet",
+        groups: &["apps"],
+        layout: WORKLOAD_TEMPLATE,
+    },
+    Kind {
+        name: "DaemonSet",
+        groups: &["apps", "extensions"],
+        layout: WORKLOAD_TEMPLATE,
+    },
+    Kind {
+        name: "Job",
+        groups: &["batch"],
+        layout: WORKLOAD_TEMPLATE,
+    },
+    Kind {
+        name: "CronJob",
+        groups: &["batch"],
+        layout: Layout::PodSpec("/spec/jobTemplate/spec/template/spec"),
+    },
+    Kind {
+        name: "ReplicationController",
+        groups: &[""],
+        layout: WORKLOAD_TEMPLATE,
+    },
+    Kind {
+        name: "PodTemplate",
+        groups: &[""],
+        layout: Layout::PodSpec("/template/spec"),
+    },
+    Kind {
+        name: "ConfigMap",
+        groups: &[""],
+        layout: Layout::EmbeddedRuntimes,
+    },
+    // OpenShift's own `oc process` input may omit the group.
+    Kind {
+        name: "Template",
+        groups: &["template.openshift.io", ""],
+        layout: Layout::Template,
+    },
+];
+
+/// An InferenceService predictor's inline images: the `model` and the legacy
+/// per-framework predictors, each an inline container.
+pub const PREDICTOR_INLINE: &[&str] = &[
+    "model",
+    "sklearn",
+    "xgboost",
+    "tensorflow",
+    "pytorch",
+    "triton",
+    "onnx",
+    "huggingface",
+    "pmml",
+    "lightgbm",
+    "paddle",
+];
+
+/// An InferenceService explainer's inline images.
+pub const EXPLAINER_INLINE: &[&str] = &["art"];
+
+/// The entry for `group`/`kind`, if digest-gate reads it.
+pub fn find(group: &str, kind: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == kind && k.groups.contains(&group))
+}
+
+/// Whether a document embedded in a ConfigMap is a runtime, by its kind
+/// alone: the dashboard's templates do not always say the group.
+pub fn is_runtime(kind: &str) -> bool {
+    KINDS
+        .iter()
+        .any(|k| k.layout == Layout::Runtime && k.name == kind)
+}
+
+/// A closed-set metrics label for a kind: its name if digest-gate reads it,
+/// else `other`.
+pub fn kind_label(kind: &str) -> &'static str {
+    KINDS.iter().find(|k| k.name == kind).map_or("other", |k| k.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_once_per_group() {
+        let mut seen = std::collections::HashSet::new();
+        for k in KINDS {
+            for g in k.groups {
+                assert!(seen.insert((*g, k.name)), "{g}/{} listed twice", k.name);
+            }
+        }
+    }
+
+    #[test]
+    fn lookups() {
+        assert_eq!(
+            find("apps", "Deployment").map(|k| k.layout),
+            Some(WORKLOAD_TEMPLATE)
+        );
+        assert!(find("", "Deployment").is_none());
+        assert!(find("example.com", "ServingRuntime").is_none());
+        assert!(is_runtime("ClusterServingRuntime") && !is_runtime("InferenceService"));
+        assert_eq!(kind_label("ConfigMap"), "ConfigMap");
+        assert_eq!(kind_label("Secret"), "other");
+    }
+}

@@ -1,0 +1,127 @@
+//! Where images live: every image site of the kinds digest-gate knows, each
+//! with its JSON Pointer and the container (or volume) it belongs to.
+//!
+//! Walkers are defensive: KServe's minimal CRD does not validate `spec`, so a
+//! `containers` that is not a list or an image that is not a string becomes a
+//! site with a reason, never a panic. Kinds without images are not errors.
+//!
+//! [`kinds`] is the table of kinds (where each keeps its images), `walk` the
+//! walkers that follow it, [`prune`] the decoder that keeps only what they read.
+
+use serde_json::Value;
+
+use crate::yaml::Document;
+
+pub mod kinds;
+pub mod prune;
+mod walk;
+
+pub use kinds::{KINDS, Kind, Layout, kind_label};
+pub use prune::{OBJECT, Pruned, Shape};
+use walk::visit;
+
+/// What an image site belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Container,
+    InitContainer,
+    EphemeralContainer,
+    /// A container of a multi-node runtime's `workerSpec`.
+    WorkerContainer,
+    /// An image volume (`volumes[].image.reference`).
+    Volume,
+    /// An InferenceService predictor's model or framework image.
+    Predictor,
+    /// The explainer's image.
+    Explainer,
+    /// Structure around images that is malformed.
+    Structure,
+}
+
+/// One place an image is (or should be) written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    /// JSON Pointer in the object. For a document embedded in a ConfigMap:
+    /// `/data/<key>#<pointer in the document>`.
+    pub pointer: String,
+    pub role: Role,
+    /// Container or volume name (or framework, for InferenceService).
+    pub name: Option<String>,
+    /// The image, or why there is no usable one here.
+    pub image: Result<String, String>,
+    /// For embedded documents: which one, and the pointer inside it.
+    pub embedded: Option<EmbeddedSite>,
+}
+
+/// Where an embedded site lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedSite {
+    /// Index into [`Walk::embedded`].
+    pub source: usize,
+    /// Document index within the embedded text.
+    pub document: usize,
+    /// Pointer inside that document.
+    pub pointer: String,
+    /// Line of the image inside the embedded text.
+    pub line: usize,
+}
+
+/// A YAML text inside an object (a ConfigMap value) that holds runtimes.
+#[derive(Debug, Clone)]
+pub struct Embedded {
+    /// Pointer of the string in the object, e.g. `/data/default-config`.
+    pub pointer: String,
+    pub text: String,
+    pub documents: Vec<Document>,
+}
+
+/// The image sites of one object.
+#[derive(Debug, Clone, Default)]
+pub struct Walk {
+    /// Whether the kind is one digest-gate knows how to read.
+    pub known: bool,
+    pub sites: Vec<Site>,
+    pub embedded: Vec<Embedded>,
+}
+
+// === impl Site ===
+
+impl Site {
+    /// How messages refer to this site, e.g. `container "ovms"`.
+    pub fn describe(&self) -> String {
+        let what = match self.role {
+            Role::Container => "container",
+            Role::InitContainer => "init container",
+            Role::EphemeralContainer => "ephemeral container",
+            Role::WorkerContainer => "worker container",
+            Role::Volume => "image volume",
+            Role::Predictor => "predictor",
+            Role::Explainer => "explainer",
+            Role::Structure => return format!("at {}", self.pointer),
+        };
+        match &self.name {
+            Some(name) => format!("{what} \"{name}\""),
+            None => format!("{what} at {}", self.pointer),
+        }
+    }
+}
+
+/// Finds the image sites of `object` by its own `apiVersion` and `kind`.
+pub fn walk(object: &Value) -> Walk {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    walk_as(group_of(api_version), kind, object)
+}
+
+/// The API group of an `apiVersion` (`apps/v1` → `apps`, `v1` → ``).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Finds the image sites of `object`, read as `group`/`kind` (the webhook
+/// knows the kind from the request even when the object omits it).
+pub fn walk_as(group: &str, kind: &str, object: &Value) -> Walk {
+    let mut walk = Walk::default();
+    walk.known = visit(group, kind, object, "", &mut walk, 0);
+    walk
+}

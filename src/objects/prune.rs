@@ -1,0 +1,319 @@
+//! Decoding only what the walkers read.
+
+use serde_json::Value;
+
+use super::kinds;
+
+// === decoding only what the walkers read ===
+
+/// What of an object the walkers read: image sites, the metadata reviews and
+/// patches need, and ConfigMap data. Everything else (env, args, probes,
+/// managedFields, status) is skipped while decoding, without allocating.
+///
+/// Keep this in step with the layouts in [`super::kinds`] (the inline image
+/// fields come from there): the tests check that a pruned object walks to
+/// exactly the sites of the full one.
+#[derive(Debug)]
+pub enum Shape {
+    /// Keep the value whole.
+    Keep,
+    /// An object: keep these keys, each shaped, and the keys of each name
+    /// list, shaped alike; drop the rest.
+    Object(
+        &'static [(&'static str, &'static Shape)],
+        &'static [(&'static [&'static str], &'static Shape)],
+    ),
+    /// An array whose elements are shaped.
+    List(&'static Shape),
+}
+
+static KEEP: Shape = Shape::Keep;
+static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)], &[]);
+static CONTAINERS: Shape = Shape::List(&CONTAINER);
+static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)], &[]);
+static VOLUMES: Shape = Shape::List(&VOLUME);
+/// The union of a pod spec, a runtime spec, an InferenceService component,
+/// and the workload kinds' templates.
+static SPEC: Shape = Shape::Object(
+    &[
+        ("containers", &CONTAINERS),
+        ("initContainers", &CONTAINERS),
+        ("ephemeralContainers", &CONTAINERS),
+        ("volumes", &VOLUMES),
+        ("workerSpec", &SPEC),
+        ("template", &TEMPLATE),
+        ("jobTemplate", &JOB_TEMPLATE),
+        ("predictor", &SPEC),
+        ("transformer", &SPEC),
+        ("explainer", &SPEC),
+    ],
+    &[
+        (kinds::PREDICTOR_INLINE, &CONTAINER),
+        (kinds::EXPLAINER_INLINE, &CONTAINER),
+    ],
+);
+static TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)], &[]);
+static JOB_TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)], &[]);
+static METADATA: Shape = Shape::Object(
+    &[
+        ("name", &KEEP),
+        ("generateName", &KEEP),
+        ("namespace", &KEEP),
+        ("annotations", &KEEP),
+        ("deletionTimestamp", &KEEP),
+    ],
+    &[],
+);
+/// A Kubernetes object as the walkers read it.
+pub static OBJECT: Shape = Shape::Object(
+    &[
+        ("apiVersion", &KEEP),
+        ("kind", &KEEP),
+        ("metadata", &METADATA),
+        ("spec", &SPEC),
+        ("template", &TEMPLATE),
+        ("data", &KEEP),
+        ("objects", &OBJECTS),
+    ],
+    &[],
+);
+static OBJECTS: Shape = Shape::List(&OBJECT);
+
+/// Decodes a value keeping only what `shape` names. A value whose JSON type
+/// does not match its shape is kept whole, so the walkers still see (and
+/// explain) malformed structure.
+#[derive(Debug, Clone, Copy)]
+pub struct Pruned(pub &'static Shape);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Shape::Keep => <Value as serde::Deserialize>::deserialize(deserializer),
+            shape => deserializer.deserialize_any(PrunedVisitor(shape)),
+        }
+    }
+}
+
+struct PrunedVisitor(&'static Shape);
+
+impl<'de> serde::de::Visitor<'de> for PrunedVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        match self.0 {
+            Shape::List(element) => {
+                while let Some(v) = seq.next_element_seed(Pruned(element))? {
+                    items.push(v);
+                }
+            }
+            _ => {
+                while let Some(v) = seq.next_element::<Value>()? {
+                    items.push(v);
+                }
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        match self.0 {
+            Shape::Object(fields, alike) => {
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let shape = fields
+                        .iter()
+                        .find(|(name, _)| *name == key)
+                        .map(|(_, s)| *s)
+                        .or_else(|| {
+                            alike
+                                .iter()
+                                .find(|(names, _)| names.contains(&&*key))
+                                .map(|(_, s)| *s)
+                        });
+                    match shape {
+                        Some(shape) => {
+                            let v = map.next_value_seed(Pruned(shape))?;
+                            out.insert(key.into_owned(), v);
+                        }
+                        None => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+            }
+            _ => {
+                while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                    out.insert(k, v);
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+    use crate::objects::walk;
+    use proptest::prelude::*;
+    use serde::de::DeserializeSeed;
+
+    fn pruned(v: &Value) -> Value {
+        let text = serde_json::to_string(v).unwrap();
+        Pruned(&OBJECT)
+            .deserialize(&mut serde_json::Deserializer::from_str(&text))
+            .unwrap()
+    }
+
+    fn same_walk(v: &Value) {
+        let (a, b) = (walk(v), walk(&pruned(v)));
+        assert_eq!(a.known, b.known);
+        assert_eq!(a.sites, b.sites, "{v}");
+        assert_eq!(a.embedded.len(), b.embedded.len());
+    }
+
+    #[test]
+    fn pruning_keeps_images_and_drops_the_rest() {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"x": 1}], "annotations": {"k": "v"}},
+            "spec": {"containers": [{"name": "c", "image": "q.io/x:1", "env": [{"name": "A", "value": "1"}], "args": ["x"]}],
+                     "nodeName": "n", "volumes": [{"name": "v", "configMap": {"name": "cm"}}]},
+            "status": {"phase": "Pending"}});
+        let p = pruned(&pod);
+        assert_eq!(
+            p,
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "annotations": {"k": "v"}},
+            "spec": {"containers": [{"name": "c", "image": "q.io/x:1"}], "volumes": [{"name": "v"}]}})
+        );
+        same_walk(&pod);
+    }
+
+    #[test]
+    fn every_inline_image_of_an_inference_service_survives_pruning() {
+        let mut predictor = serde_json::Map::new();
+        for field in kinds::PREDICTOR_INLINE {
+            predictor.insert(
+                (*field).into(),
+                serde_json::json!({"image": format!("q.io/{field}:1"), "x": 1}),
+            );
+        }
+        let mut explainer = serde_json::Map::new();
+        for field in kinds::EXPLAINER_INLINE {
+            explainer.insert(
+                (*field).into(),
+                serde_json::json!({"image": format!("q.io/{field}:1")}),
+            );
+        }
+        let isvc = serde_json::json!({"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "spec": {"predictor": predictor, "explainer": explainer}});
+        let w = walk(&pruned(&isvc));
+        assert_eq!(
+            w.sites.len(),
+            kinds::PREDICTOR_INLINE.len() + kinds::EXPLAINER_INLINE.len()
+        );
+        same_walk(&isvc);
+    }
+
+    #[test]
+    fn malformed_values_are_kept_whole() {
+        let sr = serde_json::json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime",
+            "spec": {"containers": {"name": "x", "image": 3}, "workerSpec": ["a"], "volumes": "v"}});
+        assert_eq!(pruned(&sr)["spec"], sr["spec"]);
+        same_walk(&sr);
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            Just("containers"),
+            Just("initContainers"),
+            Just("image"),
+            Just("name"),
+            Just("spec"),
+            Just("template"),
+            Just("volumes"),
+            Just("reference"),
+            Just("workerSpec"),
+            Just("objects"),
+            Just("kind"),
+            Just("apiVersion"),
+            Just("predictor"),
+            Just("model"),
+            Just("data"),
+            Just("other"),
+        ]
+        .prop_map(str::to_owned);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i32>().prop_map(Value::from),
+            prop_oneof![
+                Just("Pod"),
+                Just("v1"),
+                Just("Template"),
+                Just("q.io/a:1"),
+                Just("serving.kserve.io/v1alpha1"),
+                Just("ServingRuntime"),
+                Just("apps/v1"),
+                Just("Deployment")
+            ]
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 96, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn pruned_objects_walk_like_full_ones(v in json_value(), kind in prop_oneof![Just(("v1", "Pod")), Just(("serving.kserve.io/v1alpha1", "ServingRuntime")), Just(("template.openshift.io/v1", "Template")), Just(("apps/v1", "Deployment")), Just(("batch/v1", "CronJob")), Just(("serving.kserve.io/v1beta1", "InferenceService"))]) {
+            let mut object = serde_json::json!({"apiVersion": kind.0, "kind": kind.1});
+            object["spec"] = v.clone();
+            object["objects"] = serde_json::json!([{"apiVersion": kind.0, "kind": kind.1, "spec": v}]);
+            same_walk(&object);
+        }
+    }
+}
