@@ -321,7 +321,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, 
     let images = r
         .images
         .iter()
-        .map(|i| (image_verdict(i), image_reason(i)))
+        .map(|i| (i.decision.outcome().as_str(), i.decision.reason().label()))
         .collect();
     let mut out = match (endpoint, r.verdict) {
         (_, Verdict::Allow) if mode == Mode::Audit => audit(r),
@@ -358,28 +358,6 @@ fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, 
     };
     out.images = images;
     out
-}
-
-fn image_verdict(i: &ImageReview) -> &'static str {
-    if i.decision.is_exempt() {
-        "exempt"
-    } else {
-        i.decision.verdict.as_str()
-    }
-}
-
-fn image_reason(i: &ImageReview) -> &'static str {
-    match &i.decision.finding {
-        Finding::Promoted => "promoted",
-        Finding::Exempt { .. } => "exempt",
-        Finding::UnlistedAllowed { .. } => "unlisted_allowed",
-        Finding::Rewrite {
-            trigger: Trigger::TagOnly { .. },
-            ..
-        } => "tag_only",
-        Finding::Rewrite { .. } => "digest_not_promoted",
-        Finding::Deny(d) => d.label(),
-    }
 }
 
 /// Audit mode allows, and says what it would have done.

@@ -411,11 +411,7 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, r: &Review) -> Objec
         .iter()
         .map(|i| {
             let d = &i.decision;
-            let verdict = if d.is_exempt() {
-                "exempt"
-            } else {
-                d.verdict.as_str()
-            };
+            let verdict = d.outcome().as_str();
             let would_be =
                 (d.mode == Mode::Audit && d.would_be() != Verdict::Allow).then(|| d.would_be().as_str());
             let at = format!("{}{}", found.prefix, i.site.pointer);

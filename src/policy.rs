@@ -73,6 +73,81 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// What happened to one image, as reports and the `verdict` metrics label
+/// show it: [`Verdict`] plus the exemptions, which are allowed but said so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allow,
+    Exempt,
+    Rewrite,
+    Deny,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Exempt => "exempt",
+            Self::Rewrite => "rewrite",
+            Self::Deny => "deny",
+        }
+    }
+}
+
+/// Why an image got its outcome, as a stable code: the `reason` metrics
+/// label and what machine-readable reports carry. A closed set, so a forged
+/// review cannot grow the label space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Promoted,
+    Exempt,
+    UnlistedAllowed,
+    TagOnly,
+    DigestNotPromoted,
+    Malformed,
+    Invalid,
+    ShortName,
+    Unlisted,
+    UnknownTag,
+    NoTagOrDigest,
+    CannotRewrite,
+}
+
+impl Reason {
+    /// Every reason, for tests and dashboards.
+    pub const ALL: [Reason; 12] = [
+        Self::Promoted,
+        Self::Exempt,
+        Self::UnlistedAllowed,
+        Self::TagOnly,
+        Self::DigestNotPromoted,
+        Self::Malformed,
+        Self::Invalid,
+        Self::ShortName,
+        Self::Unlisted,
+        Self::UnknownTag,
+        Self::NoTagOrDigest,
+        Self::CannotRewrite,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Promoted => "promoted",
+            Self::Exempt => "exempt",
+            Self::UnlistedAllowed => "unlisted_allowed",
+            Self::TagOnly => "tag_only",
+            Self::DigestNotPromoted => "digest_not_promoted",
+            Self::Malformed => "malformed",
+            Self::Invalid => "invalid",
+            Self::ShortName => "short_name",
+            Self::Unlisted => "unlisted",
+            Self::UnknownTag => "unknown_tag",
+            Self::NoTagOrDigest => "no_tag_or_digest",
+            Self::CannotRewrite => "cannot_rewrite",
+        }
+    }
+}
+
 /// Why an image would be rewritten.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
@@ -391,6 +466,31 @@ impl Decision {
         matches!(self.finding, Finding::Exempt { .. })
     }
 
+    /// The image's outcome: the verdict, with exemptions told apart.
+    pub fn outcome(&self) -> Outcome {
+        match (self.verdict, &self.finding) {
+            (_, Finding::Exempt { .. }) => Outcome::Exempt,
+            (Verdict::Allow, _) => Outcome::Allow,
+            (Verdict::Rewrite, _) => Outcome::Rewrite,
+            (Verdict::Deny, _) => Outcome::Deny,
+        }
+    }
+
+    /// Why: the finding's stable code (whatever the mode made of it).
+    pub fn reason(&self) -> Reason {
+        match &self.finding {
+            Finding::Promoted => Reason::Promoted,
+            Finding::Exempt { .. } => Reason::Exempt,
+            Finding::UnlistedAllowed { .. } => Reason::UnlistedAllowed,
+            Finding::Rewrite {
+                trigger: Trigger::TagOnly { .. },
+                ..
+            } => Reason::TagOnly,
+            Finding::Rewrite { .. } => Reason::DigestNotPromoted,
+            Finding::Deny(d) => d.reason(),
+        }
+    }
+
     /// The promoted reference this image should be, when one is known.
     pub fn rewrite_to(&self) -> Option<&str> {
         match &self.finding {
@@ -465,17 +565,17 @@ impl Finding {
 // === impl Denial ===
 
 impl Denial {
-    /// A stable label for metrics and machine-readable reports.
-    pub fn label(&self) -> &'static str {
+    /// The stable code of this denial.
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::Malformed { .. } => "malformed",
-            Self::Invalid { .. } => "invalid",
-            Self::ShortName { .. } => "short_name",
-            Self::Unlisted { .. } => "unlisted",
-            Self::UnknownTag { .. } => "unknown_tag",
-            Self::NoTagOrDigest { .. } => "no_tag_or_digest",
-            Self::DigestNotPromoted { .. } => "digest_not_promoted",
-            Self::CannotRewrite { .. } => "cannot_rewrite",
+            Self::Malformed { .. } => Reason::Malformed,
+            Self::Invalid { .. } => Reason::Invalid,
+            Self::ShortName { .. } => Reason::ShortName,
+            Self::Unlisted { .. } => Reason::Unlisted,
+            Self::UnknownTag { .. } => Reason::UnknownTag,
+            Self::NoTagOrDigest { .. } => Reason::NoTagOrDigest,
+            Self::DigestNotPromoted { .. } => Reason::DigestNotPromoted,
+            Self::CannotRewrite { .. } => Reason::CannotRewrite,
         }
     }
 
@@ -728,6 +828,78 @@ spec:
                 .message("container \"x\"", "nginx")
                 .contains("audit: would deny")
         );
+    }
+
+    #[test]
+    fn outcomes_and_reason_codes() {
+        let list = allowlist();
+        let mut audit = Policy::default();
+        audit.set_kind_mode("ConfigMap", Mode::Audit);
+        let cases: &[(&Policy, &str, String, Outcome, Reason)] = &[
+            (
+                &Policy::default(),
+                "Pod",
+                format!("{REPO}@{GOOD}"),
+                Outcome::Allow,
+                Reason::Promoted,
+            ),
+            (
+                &Policy::default(),
+                "Pod",
+                format!("{REPO}@{BAD}"),
+                Outcome::Rewrite,
+                Reason::DigestNotPromoted,
+            ),
+            (
+                &Policy::default(),
+                "Pod",
+                format!("{REPO}:v1.21.0-15"),
+                Outcome::Rewrite,
+                Reason::TagOnly,
+            ),
+            (
+                &Policy::default(),
+                "Pod",
+                "quay.io/platform/debug-shell:1".into(),
+                Outcome::Exempt,
+                Reason::Exempt,
+            ),
+            (
+                &Policy::default(),
+                "Pod",
+                "quay.io/UPPER/x:1".into(),
+                Outcome::Deny,
+                Reason::Invalid,
+            ),
+            (
+                &Policy::default(),
+                "Pod",
+                "nginx:1".into(),
+                Outcome::Deny,
+                Reason::ShortName,
+            ),
+            (
+                &Policy::default(),
+                "Pod",
+                "quay.io/other/x:1".into(),
+                Outcome::Deny,
+                Reason::Unlisted,
+            ),
+            // Audit mode allows, and the reason still says what was found.
+            (
+                &audit,
+                "ConfigMap",
+                format!("{REPO}@{BAD}"),
+                Outcome::Allow,
+                Reason::DigestNotPromoted,
+            ),
+        ];
+        for (policy, kind, image, outcome, reason) in cases {
+            let d = policy.decide(kind, image, &list);
+            assert_eq!((d.outcome(), d.reason()), (*outcome, *reason), "{image}");
+        }
+        let labels: std::collections::HashSet<_> = Reason::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels.len(), Reason::ALL.len());
     }
 
     #[test]
