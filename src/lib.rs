@@ -2,10 +2,11 @@
 //! digests: it finds every image in an object, decides each against an
 //! allowlist of promoted digests, and rewrites or rejects what is not promoted.
 //!
-//! One image's way through: [`objects`] finds the image sites of an object,
-//! [`policy`] decides each against the [`allowlist`] using the
-//! [`reference`] grammar, and [`review`] turns the decisions into a verdict,
-//! a JSON Patch and messages. [`check`] feeds the same path from manifest
+//! One image's way through: [`objects`] finds the image sites of an object
+//! by its kind's entry in [`objects::kinds`], [`policy`] decides each against
+//! the [`allowlist`] using the [`reference`] grammar, and [`review`] turns the
+//! decisions into a verdict, a JSON Patch and messages ([`text`] keeps
+//! request strings in them safe). [`check`] feeds the same path from manifest
 //! files ([`yaml`] keeps their positions for `--fix`).
 
 pub mod admission;

@@ -412,6 +412,7 @@ mod tests {
             ("10s", Duration::from_secs(10)),
             ("2m", Duration::from_secs(120)),
             ("1h 30m", Duration::from_secs(5400)),
+            ("1m30s", Duration::from_secs(90)),
             ("0s", Duration::ZERO),
             ("15", Duration::from_secs(15)),
         ] {
