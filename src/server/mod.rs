@@ -238,21 +238,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     state.ready.allowlist_loaded();
     state.ready.certificate_loaded();
 
-    let bind = |addr: SocketAddr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServerError::Bind { addr, source })
-    };
-    let webhook = bind(config.listen).await?;
-    let admin = bind(config.admin_listen).await?;
-    let webhook_addr = webhook.local_addr().map_err(|source| ServerError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let admin_addr = admin.local_addr().map_err(|source| ServerError::Bind {
-        addr: config.admin_listen,
-        source,
-    })?;
+    let (webhook, webhook_addr) = bind(config.listen).await?;
+    let (admin, admin_addr) = bind(config.admin_listen).await?;
     {
         let a = state.allowlist.load();
         tracing::info!(
@@ -300,6 +287,14 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         done,
         admin: admin_abort,
     })
+}
+
+/// A listener on `addr`, and the address it got (port 0 picks one).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let bind_error = |source| ServerError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
 }
 
 async fn serve_admin(listener: TcpListener, router: axum::Router, mut drain: watch::Receiver<bool>) {
