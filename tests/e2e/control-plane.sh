@@ -120,6 +120,8 @@ mkdir -p "$WORK"
 cd "$WORK"
 apt-get source --download-only "$SRC_PACKAGE=$VERSION" >/dev/null 2>&1 \
     || apt-get source --download-only "$SRC_PACKAGE=$VERSION"
+# --no-check: apt already verified each file's checksum against the signed
+# Sources index; the .dsc's own signature would need debian-keyring.
 dpkg-source --no-check -x ./*.dsc tree >/dev/null
 cd tree
 
