@@ -53,3 +53,23 @@ def test_webhook_down_refuses_selected_namespaces_but_kube_system_still_works(cl
     release.pod.start()
     cluster.apply(pod("admitted", models))
     assert cluster.get("pod", "admitted", models) is not None
+
+
+def test_on_1_20_an_exclusion_holds_only_once_the_namespace_is_labelled(cluster, release):
+    """What the install notes warn 1.20 users about: the exclusion selects on
+    kubernetes.io/metadata.name, which 1.20 does not set."""
+    name = "excluded-unlabelled"
+    # As 1.20 makes it: no kubernetes.io/metadata.name label.
+    cluster.namespace(name, {"modelmesh-enabled": "true"})
+    cluster.kubectl("label", "namespace", name, "kubernetes.io/metadata.name-")
+    try:
+        release.install({"webhook": {"excludeNamespaces": [name]}})
+
+        cluster.apply(pod("before-label", name))
+        assert cluster.get("pod", "before-label", name)["spec"]["containers"][0]["image"] != INCIDENT_IMAGE
+
+        cluster.kubectl("label", "namespace", name, f"kubernetes.io/metadata.name={name}")
+        cluster.apply(pod("after-label", name))
+        assert cluster.get("pod", "after-label", name)["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
+    finally:
+        cluster.delete_namespace(name)
