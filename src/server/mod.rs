@@ -408,6 +408,7 @@ mod tests {
             ("2m", Duration::from_secs(120)),
             ("1h 30m", Duration::from_secs(5400)),
             ("1m30s", Duration::from_secs(90)),
+            ("1.5s", Duration::from_millis(1500)),
             ("0s", Duration::ZERO),
             ("15", Duration::from_secs(15)),
         ] {
