@@ -74,7 +74,10 @@ impl Config {
     /// The flags' defaults around the inputs.
     pub fn new(cert: PathBuf, key: PathBuf, allowlists: Vec<PathBuf>, policy: Policy) -> Self {
         use clap::{Args, FromArgMatches};
+        // The declared defaults only: a library caller's environment
+        // (DIGEST_GATE_LISTEN, ...) is not this constructor's input.
         let matches = Self::augment_args(clap::Command::new("serve"))
+            .mut_args(|arg| arg.env(None::<&str>))
             .try_get_matches_from(["serve"])
             .expect("every flag has a default");
         let mut config = Self::from_arg_matches(&matches).expect("the defaults parse");
@@ -427,6 +430,8 @@ mod tests {
 
     #[test]
     fn config_new_has_the_flags_defaults() {
+        // SAFETY: no other test in this binary reads or writes this variable.
+        unsafe { std::env::set_var("DIGEST_GATE_GRACE_PERIOD", "1s") };
         let c = Config::new(
             "c.pem".into(),
             "k.pem".into(),
