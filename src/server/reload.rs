@@ -45,8 +45,9 @@ pub struct Reloader {
     provider: Arc<CryptoProvider>,
     allowlist_seen: u64,
     allowlist_stat: u64,
-    /// None when the key pair could not be read at startup (it loaded, so
-    /// a read that failed in between): the next readable one is new.
+    /// None only if re-reading the key pair right after startup failed
+    /// (it had just loaded, so it changed in between); whatever is read
+    /// next then counts as new.
     cert_seen: Option<u64>,
     cert_stat: u64,
     polls: u32,
