@@ -60,6 +60,9 @@ def models(cluster) -> str:
 
 @pytest.fixture
 def release(cluster, tmp_path) -> Release:
+    # A control plane that died mid-session fails here with its log, not
+    # later as a puzzling kubectl error.
+    cluster.check_alive()
     r = Release(cluster, tmp_path)
     yield r
     if r.installed:
