@@ -370,14 +370,14 @@ fn audit(r: &Review) -> Response {
         let what = i.site.describe();
         match &i.decision.finding {
             Finding::Rewrite { to, .. } => {
-                warnings.push(fit(&format!(
+                warnings.push(fit(format!(
                     "digest-gate audit: {what} would be rewritten to {}",
                     short_target(to)
                 )));
                 would_rewrite.insert(i.site.pointer.clone(), Value::String(to.clone()));
             }
             Finding::Deny(d) => {
-                warnings.push(fit(&format!(
+                warnings.push(fit(format!(
                     "digest-gate audit: {what} would be denied: {}",
                     d.short()
                 )));
@@ -424,13 +424,13 @@ fn rewrite_warning(i: &ImageReview) -> String {
         ),
         _ => format!("digest-gate: {what}: rewritten to {target}"),
     };
-    fit(&text)
+    fit(text)
 }
 
 /// Keeps a warning within [`MAX_WARNING_LEN`] characters on one line: the
 /// container name in it comes from the request.
-fn fit(warning: &str) -> String {
-    text::one_line(warning, MAX_WARNING_LEN, Cut::End).into_owned()
+fn fit(warning: String) -> String {
+    text::one_line_owned(warning, MAX_WARNING_LEN, Cut::End)
 }
 
 fn limit_warnings(warnings: Vec<String>) -> Vec<String> {
@@ -849,21 +849,21 @@ mod tests {
     fn fit_keeps_what_fits_and_cuts_the_rest() {
         let exact = "é".repeat(MAX_WARNING_LEN);
         assert_eq!(
-            fit(&exact),
+            fit(exact.clone()),
             exact,
             "120 characters fit, whatever their byte length"
         );
         let long = format!("{exact}x");
-        let cut = fit(&long);
+        let cut = fit(long.clone());
         assert_eq!(cut.chars().count(), MAX_WARNING_LEN);
         assert!(cut.ends_with("é…"), "{cut}");
         // Control characters are escaped and count at their escaped length;
         // quotes and non-ASCII are left as they are.
-        assert_eq!(fit("a\nb \"ü\" \u{1b}"), "a\\nb \"ü\" \\u{1b}");
-        let escaped = fit(&format!("{}\n", "a".repeat(MAX_WARNING_LEN - 2)));
+        assert_eq!(fit("a\nb \"ü\" \u{1b}".into()), "a\\nb \"ü\" \\u{1b}");
+        let escaped = fit(format!("{}\n", "a".repeat(MAX_WARNING_LEN - 2)));
         assert_eq!(escaped.chars().count(), MAX_WARNING_LEN);
         assert!(escaped.ends_with("a\\n"), "{escaped}");
-        let over = fit(&format!("{}\n", "a".repeat(MAX_WARNING_LEN - 1)));
+        let over = fit(format!("{}\n", "a".repeat(MAX_WARNING_LEN - 1)));
         assert_eq!(over, format!("{}…", "a".repeat(MAX_WARNING_LEN - 1)));
     }
 }

@@ -412,10 +412,7 @@ fn shown(image: &str) -> Cow<'_, str> {
 /// Caps a message and keeps it on one line (container names and reference
 /// errors echo input too).
 fn tidy(message: String) -> String {
-    if let Cow::Owned(tidied) = text::one_line(&message, MAX_MESSAGE, Cut::End) {
-        return tidied;
-    }
-    message
+    text::one_line_owned(message, MAX_MESSAGE, Cut::End)
 }
 
 /// `sha256:` and the first 12 hex characters.
@@ -468,11 +465,11 @@ impl Decision {
 
     /// The image's outcome: the verdict, with exemptions told apart.
     pub fn outcome(&self) -> Outcome {
-        match (self.verdict, &self.finding) {
-            (_, Finding::Exempt { .. }) => Outcome::Exempt,
-            (Verdict::Allow, _) => Outcome::Allow,
-            (Verdict::Rewrite, _) => Outcome::Rewrite,
-            (Verdict::Deny, _) => Outcome::Deny,
+        match self.verdict {
+            _ if self.is_exempt() => Outcome::Exempt,
+            Verdict::Allow => Outcome::Allow,
+            Verdict::Rewrite => Outcome::Rewrite,
+            Verdict::Deny => Outcome::Deny,
         }
     }
 

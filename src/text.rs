@@ -58,6 +58,15 @@ pub fn one_line(s: &str, max: usize, cut: Cut) -> Cow<'_, str> {
     }
 }
 
+/// [`one_line`] for an owned string: returns `s` itself when it needs no
+/// change, so the common case neither allocates nor copies.
+pub fn one_line_owned(s: String, max: usize, cut: Cut) -> String {
+    match one_line(&s, max, cut) {
+        Cow::Owned(changed) => changed,
+        Cow::Borrowed(_) => s,
+    }
+}
+
 fn escape(c: char) -> impl Iterator<Item = char> {
     let (escaped, kept) = if c.is_control() {
         (Some(c.escape_default()), None)
