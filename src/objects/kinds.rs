@@ -135,9 +135,12 @@ pub fn find(group: &str, kind: &str) -> Option<&'static Kind> {
 /// Whether a document embedded in a ConfigMap is a runtime, by its kind
 /// alone: the dashboard's templates do not always say the group.
 pub fn is_runtime(kind: &str) -> bool {
-    KINDS
-        .iter()
-        .any(|k| k.layout == Layout::Runtime && k.name == kind)
+    runtimes().any(|k| k.name == kind)
+}
+
+/// The runtime kinds (ServingRuntime, ClusterServingRuntime).
+pub fn runtimes() -> impl Iterator<Item = &'static Kind> {
+    KINDS.iter().filter(|k| k.layout == Layout::Runtime)
 }
 
 /// A closed-set metrics label for a kind: its name if digest-gate reads it,

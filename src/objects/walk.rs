@@ -305,10 +305,7 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
     for (key, value) in data {
         let Value::String(text) = value else { continue };
         // Cheap before parsing: a runtime document names its kind.
-        if !kinds::KINDS
-            .iter()
-            .any(|k| k.layout == Layout::Runtime && text.contains(k.name))
-        {
+        if !kinds::runtimes().any(|k| text.contains(k.name)) {
             continue;
         }
         let pointer = format!("{ptr}/data/{}", yaml::escape_token(key));

@@ -377,20 +377,13 @@ class WebhookPod:
     def _mount(self, directory: pathlib.Path, files: dict[str, bytes]):
         """The kubelet's atomic-writer layout: a timestamped directory, a
         `..data` symlink to it, and one symlink per key through `..data`."""
-        directory.mkdir(parents=True, exist_ok=True)
         stamp = directory / f"..{time.time_ns()}"
-        stamp.mkdir()
+        stamp.mkdir(parents=True)
         for key, data in files.items():
             (stamp / key).write_bytes(data)
-        tmp = directory / "..data_tmp"
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(stamp.name)
-        os.replace(tmp, directory / "..data")
+        (directory / "..data").symlink_to(stamp.name)
         for key in files:
-            link = directory / key
-            if not link.is_symlink():
-                link.symlink_to(f"..data/{key}")
+            (directory / key).symlink_to(f"..data/{key}")
 
     def start(self, timeout: float = WAIT_TIMEOUT) -> "WebhookPod":
         deployment = self.cluster.get("deployment", self.deployment, self.namespace)
