@@ -11,7 +11,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use digest_gate::admission::{self, Endpoint};
 use digest_gate::allowlist::{self, Allowlist};
 use digest_gate::policy::Policy;
-use digest_gate::{reference, review};
+use digest_gate::{judge, reference};
 use serde_json::{Value, json};
 
 const POD: &str = include_str!("../bench/modelmesh-pod.json");
@@ -151,7 +151,7 @@ fn bench_containers(c: &mut Criterion) {
         let p = pod_with(n);
         g.throughput(Throughput::Elements(n as u64));
         g.bench_with_input(BenchmarkId::from_parameter(n), &p, |b, p| {
-            b.iter(|| review::review(black_box(p), None, &policy, &list).verdict)
+            b.iter(|| judge::judge(black_box(p), None, &policy, &list).verdict)
         });
     }
     g.finish();
@@ -164,7 +164,7 @@ fn bench_allowlist_size(c: &mut Criterion) {
     for extra in [10usize, 1_000, 100_000] {
         let list = allowlist(extra);
         g.bench_with_input(BenchmarkId::from_parameter(extra), &list, |b, list| {
-            b.iter(|| review::review(black_box(&p), None, &policy, list).verdict)
+            b.iter(|| judge::judge(black_box(&p), None, &policy, list).verdict)
         });
     }
     g.finish();
@@ -243,12 +243,12 @@ fn bench_rego(c: &mut Criterion) {
         let violations = engine.eval_rule("data.digestgate.violation".into()).unwrap();
         assert_eq!(violations.to_json_str().unwrap(), "[]");
         assert_eq!(
-            review::review(&p, None, &policy, &list).verdict,
-            digest_gate::policy::Verdict::Allow
+            judge::judge(&p, None, &policy, &list).verdict,
+            judge::ObjectVerdict::Allow
         );
 
         g.bench_with_input(BenchmarkId::new("native", extra), &p, |b, p| {
-            b.iter(|| review::review(black_box(p), None, &policy, &list).verdict)
+            b.iter(|| judge::judge(black_box(p), None, &policy, &list).verdict)
         });
         g.bench_with_input(BenchmarkId::new("rego", extra), &input, |b, input| {
             b.iter(|| {

@@ -51,8 +51,8 @@ fn main() {
     // The decision alone, on the already-decoded object.
     let mut allowed = 0;
     for _ in 0..n {
-        let r = digest_gate::review::review(&pod, None, &policy, &list);
-        allowed += usize::from(r.verdict == digest_gate::policy::Verdict::Allow);
+        let r = digest_gate::judge::judge(&pod, None, &policy, &list);
+        allowed += usize::from(r.verdict == digest_gate::judge::ObjectVerdict::Allow);
     }
     println!("{allowed} decisions allowed");
     let images: Vec<&str> = PROMOTED.lines().filter(|l| !l.starts_with('#')).collect();

@@ -16,17 +16,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
+use crate::judge::{self, ImageJudgement, Judgement, ObjectVerdict, Outcome};
 use crate::objects;
-use crate::policy::{Finding, Mode, Policy, Trigger, Verdict, short_digest};
-use crate::review::{self, ImageReview, Review};
-use crate::text::{self, Cut};
+use crate::policy::{Mode, Policy, Reason, Verdict};
+use crate::text;
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
-/// The longest warning digest-gate sends: 120 characters is what the
-/// apiserver's warning guidance recommends. (It only truncates, to 256
-/// runes each, once a response's warnings exceed 4,096 characters in all.)
-pub const MAX_WARNING_LEN: usize = 120;
+pub use crate::judge::MAX_WARNING_LEN;
 /// Warnings beyond this many are summarised in one.
 const MAX_WARNINGS: usize = 16;
 /// Denied images listed in one message before "and N more".
@@ -151,7 +148,7 @@ struct ResponseOut<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    audit_annotations: BTreeMap<&'static str, String>,
+    audit_annotations: BTreeMap<String, String>,
 }
 
 /// `metav1.Status` as the apiserver reads it from a denial.
@@ -169,16 +166,15 @@ pub struct Answer {
     /// The encoded AdmissionReview.
     pub body: Vec<u8>,
     pub allowed: bool,
-    /// `allow`, `rewrite`, `deny`, or `skipped` for kinds without images.
-    pub verdict: &'static str,
+    pub verdict: ObjectVerdict,
     pub uid: String,
     pub kind: String,
     pub namespace: String,
     pub name: String,
     pub operation: String,
     pub dry_run: bool,
-    /// (verdict, reason) of each judged image.
-    pub images: Vec<(&'static str, &'static str)>,
+    /// Outcome and reason of each judged image.
+    pub images: Vec<(Outcome, Reason)>,
     /// The denial message, when denied.
     pub message: Option<String>,
 }
@@ -227,16 +223,16 @@ fn explain_decode_error(body: &[u8], error: serde_json::Error) -> BadReview {
 /// What to send back, before encoding.
 struct Response {
     allowed: bool,
-    verdict: &'static str,
+    verdict: ObjectVerdict,
     status: Option<StatusOut>,
     patch: Option<String>,
     warnings: Vec<String>,
-    audit: BTreeMap<&'static str, String>,
-    images: Vec<(&'static str, &'static str)>,
+    audit: BTreeMap<String, String>,
+    images: Vec<(Outcome, Reason)>,
 }
 
 impl Response {
-    fn allow(verdict: &'static str) -> Self {
+    fn allow(verdict: ObjectVerdict) -> Self {
         Self {
             allowed: true,
             verdict,
@@ -251,14 +247,13 @@ impl Response {
     fn refuse(code: u16, reason: &'static str, message: String) -> Self {
         Self {
             allowed: false,
-            verdict: "deny",
             status: Some(StatusOut {
                 status: "Failure",
                 code,
                 reason,
                 message,
             }),
-            ..Self::allow("deny")
+            ..Self::allow(ObjectVerdict::Deny)
         }
     }
 }
@@ -273,13 +268,13 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
                     .is_some_and(|t| !t.is_null()) =>
             {
                 // Finalizing an object must never be blocked by a revoked digest.
-                Response::allow("allow")
+                Response::allow(ObjectVerdict::Allow)
             }
             Some(obj @ Value::Object(_)) => {
                 let old = (request.operation == "UPDATE")
                     .then_some(request.old_object.as_ref().map(|o| &o.0))
                     .flatten();
-                let r = review::review_as(
+                let j = judge::judge_as(
                     &request.kind.group,
                     &request.kind.kind,
                     obj,
@@ -287,7 +282,7 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
                     policy,
                     allowlist,
                 );
-                respond(endpoint, request, obj, &r, policy)
+                respond(endpoint, request, j)
             }
             Some(other) => Response::refuse(
                 400,
@@ -303,7 +298,7 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
                 format!("a {} review must carry request.object", request.operation),
             ),
         },
-        "DELETE" | "CONNECT" => Response::allow("allow"),
+        "DELETE" | "CONNECT" => Response::allow(ObjectVerdict::Allow),
         other => Response::refuse(
             400,
             "BadRequest",
@@ -313,36 +308,28 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
     encode(request, response)
 }
 
-fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, policy: &Policy) -> Response {
-    if !r.known {
-        return Response::allow("skipped");
-    }
-    let mode = policy.mode_for(&r.kind);
-    let images = r
-        .images
-        .iter()
-        .map(|i| (i.decision.outcome().as_str(), i.decision.reason().label()))
-        .collect();
-    let mut out = match (endpoint, r.verdict) {
-        (_, Verdict::Allow) if mode == Mode::Audit => audit(r),
-        (_, Verdict::Allow) => Response::allow("allow"),
-        (Endpoint::Mutate, Verdict::Rewrite) => {
-            // One record serves the audit annotation and the object's
-            // annotation; a subresource update cannot change metadata.
-            let record = r.record();
-            let audit = serde_json::to_string(&record).expect("records serialise");
-            let ops = r.patch_with(object, request.sub_resource.is_none().then_some(record));
+fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement) -> Response {
+    let mut out = match (endpoint, j.verdict) {
+        (_, ObjectVerdict::Skipped) => return Response::allow(ObjectVerdict::Skipped),
+        (_, ObjectVerdict::Allow) if j.mode == Mode::Audit => audit(&j),
+        (_, ObjectVerdict::Allow) => Response::allow(ObjectVerdict::Allow),
+        (Endpoint::Mutate, ObjectVerdict::Rewrite) => {
+            // A subresource update cannot change metadata.
+            let ops = j.patch(request.sub_resource.is_none());
             let patch = serde_json::to_vec(&ops).expect("patches serialise");
-            let mut out = Response::allow("rewrite");
+            let mut out = Response::allow(ObjectVerdict::Rewrite);
             out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
-            out.warnings = limit_warnings(r.rewrites().map(rewrite_warning).collect());
-            out.audit.insert("rewritten-images", audit);
+            out.warnings = warnings(&j);
+            if let Some(r) = &j.rewriting {
+                out.audit
+                    .insert(j.audit_key("rewritten-images"), r.record.clone());
+            }
             out
         }
-        (Endpoint::Validate, Verdict::Rewrite) => {
+        (Endpoint::Validate, ObjectVerdict::Rewrite) => {
             // Still rewritable at validation: the mutating webhook did not run
             // on this object (or something changed the image after it).
-            let messages = r.rewrites().map(|i| {
+            let messages = j.rewrites().map(|i| {
                 format!(
                     "{} (it should have been rewritten before validation: is digest-gate's mutating webhook registered for this object?)",
                     i.message()
@@ -350,90 +337,52 @@ fn respond(endpoint: Endpoint, request: &RequestIn, object: &Value, r: &Review, 
             });
             Response::refuse(403, "Forbidden", denial_message(messages.collect()))
         }
-        (_, Verdict::Deny) => Response::refuse(
+        (_, ObjectVerdict::Deny) => Response::refuse(
             403,
             "Forbidden",
-            denial_message(r.denials().map(ImageReview::message).collect()),
+            denial_message(j.denials().map(ImageJudgement::message).collect()),
         ),
     };
-    out.images = images;
+    out.images = j
+        .images
+        .into_iter()
+        .map(|i| {
+            let reason = i.reason();
+            (i.outcome, reason)
+        })
+        .collect();
     out
 }
 
 /// Audit mode allows, and says what it would have done.
-fn audit(r: &Review) -> Response {
-    let mut out = Response::allow("allow");
+fn audit(j: &Judgement) -> Response {
+    let mut out = Response::allow(ObjectVerdict::Allow);
     let mut would_deny = serde_json::Map::new();
     let mut would_rewrite = serde_json::Map::new();
-    let mut warnings = Vec::new();
-    for i in &r.images {
-        let what = i.site.describe();
-        match &i.decision.finding {
-            Finding::Rewrite { to, .. } => {
-                warnings.push(fit(format!(
-                    "digest-gate audit: {what} would be rewritten to {}",
-                    short_target(to)
-                )));
-                would_rewrite.insert(i.site.pointer.clone(), Value::String(to.clone()));
-            }
-            Finding::Deny(d) => {
-                warnings.push(fit(format!(
-                    "digest-gate audit: {what} would be denied: {}",
-                    d.short()
-                )));
-                would_deny.insert(i.site.pointer.clone(), Value::String(i.message()));
-            }
-            _ => {}
+    for i in &j.images {
+        if let Some(to) = i.decision.finding.rewrite_to() {
+            would_rewrite.insert(i.site.pointer.clone(), Value::String(to.to_owned()));
+        } else if i.would_be() == Verdict::Deny {
+            would_deny.insert(i.site.pointer.clone(), Value::String(i.message()));
         }
     }
     if !would_rewrite.is_empty() {
-        out.audit
-            .insert("would-rewrite", Value::Object(would_rewrite).to_string());
+        out.audit.insert(
+            j.audit_key("would-rewrite"),
+            Value::Object(would_rewrite).to_string(),
+        );
     }
     if !would_deny.is_empty() {
         out.audit
-            .insert("would-deny", Value::Object(would_deny).to_string());
+            .insert(j.audit_key("would-deny"), Value::Object(would_deny).to_string());
     }
-    out.warnings = limit_warnings(warnings);
+    out.warnings = warnings(j);
     out
 }
 
-/// `…@sha256:8af20e48bb48`: the digest is what changed.
-fn short_target(to: &str) -> String {
-    match to.rsplit_once('@') {
-        Some((_, digest)) => format!("promoted {}", short_digest(digest)),
-        None => to.to_owned(),
-    }
-}
-
-fn rewrite_warning(i: &ImageReview) -> String {
-    let what = i.site.describe();
-    let to = i.decision.rewrite_to().unwrap_or_default();
-    let target = short_target(to);
-    let text = match &i.decision.finding {
-        Finding::Rewrite {
-            trigger: Trigger::TagOnly { tag },
-            ..
-        } => format!("digest-gate: {what}: tag {tag} pinned to {target}"),
-        Finding::Rewrite {
-            trigger: Trigger::UnpromotedDigest { digest },
-            ..
-        } => format!(
-            "digest-gate: {what}: {} was never promoted; rewritten to {target}",
-            short_digest(digest)
-        ),
-        _ => format!("digest-gate: {what}: rewritten to {target}"),
-    };
-    fit(text)
-}
-
-/// Keeps a warning within [`MAX_WARNING_LEN`] characters on one line: the
-/// container name in it comes from the request.
-fn fit(warning: String) -> String {
-    text::one_line_owned(warning, MAX_WARNING_LEN, Cut::End)
-}
-
-fn limit_warnings(warnings: Vec<String>) -> Vec<String> {
+/// The judgement's warnings, the last summarising what does not fit.
+fn warnings(j: &Judgement) -> Vec<String> {
+    let warnings: Vec<String> = j.images.iter().filter_map(ImageJudgement::warning).collect();
     if warnings.len() <= MAX_WARNINGS {
         return warnings;
     }
@@ -543,7 +492,7 @@ mod tests {
             &review_of("CREATE", object.clone(), None),
             &Policy::default(),
         );
-        assert_eq!(a.verdict, "rewrite");
+        assert_eq!(a.verdict, ObjectVerdict::Rewrite);
         let r = &v["response"];
         assert_eq!(r["allowed"], true);
         assert_eq!(r["patchType"], "JSONPatch");
@@ -626,7 +575,7 @@ mod tests {
             status["message"],
             "container \"ovms\": image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag (':replace' is a build-time placeholder that was never substituted)"
         );
-        assert_eq!(a.images, [("deny", "short_name")]);
+        assert_eq!(a.images, [(Outcome::Deny { instead: None }, Reason::ShortName)]);
     }
 
     #[test]
@@ -715,7 +664,7 @@ mod tests {
             &serde_json::to_vec(&review).unwrap(),
             &Policy::default(),
         );
-        assert_eq!(a.verdict, "rewrite");
+        assert_eq!(a.verdict, ObjectVerdict::Rewrite);
         let patch = base64::engine::general_purpose::STANDARD
             .decode(v["response"]["patch"].as_str().unwrap())
             .unwrap();
@@ -739,7 +688,7 @@ mod tests {
             &Policy::default(),
         );
         assert!(a.allowed);
-        assert_eq!(a.verdict, "skipped");
+        assert_eq!(a.verdict, ObjectVerdict::Skipped);
     }
 
     #[test]
@@ -845,25 +794,82 @@ mod tests {
         assert!(w.chars().count() <= MAX_WARNING_LEN, "{w}");
     }
 
+    /// The apiserver reinvokes the mutating webhook after a later one added
+    /// an image. It keeps the first value of an audit annotation key, so the
+    /// second answer must use its own key, and the object's record says
+    /// which invocation rewrote what.
     #[test]
-    fn fit_keeps_what_fits_and_cuts_the_rest() {
-        let exact = "é".repeat(MAX_WARNING_LEN);
-        assert_eq!(
-            fit(exact.clone()),
-            exact,
-            "120 characters fit, whatever their byte length"
+    fn a_reinvocation_gets_its_own_audit_annotation_key() {
+        let decode = |v: &Value| -> json_patch::Patch {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v["response"]["patch"].as_str().unwrap())
+                .unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        let mut object = pod(&format!("{REPO}@{BAD}"));
+        let (_, first) = response(
+            Endpoint::Mutate,
+            &review_of("CREATE", object.clone(), None),
+            &Policy::default(),
         );
-        let long = format!("{exact}x");
-        let cut = fit(long.clone());
-        assert_eq!(cut.chars().count(), MAX_WARNING_LEN);
-        assert!(cut.ends_with("é…"), "{cut}");
-        // Control characters are escaped and count at their escaped length;
-        // quotes and non-ASCII are left as they are.
-        assert_eq!(fit("a\nb \"ü\" \u{1b}".into()), "a\\nb \"ü\" \\u{1b}");
-        let escaped = fit(format!("{}\n", "a".repeat(MAX_WARNING_LEN - 2)));
-        assert_eq!(escaped.chars().count(), MAX_WARNING_LEN);
-        assert!(escaped.ends_with("a\\n"), "{escaped}");
-        let over = fit(format!("{}\n", "a".repeat(MAX_WARNING_LEN - 1)));
-        assert_eq!(over, format!("{}…", "a".repeat(MAX_WARNING_LEN - 1)));
+        let keys = |v: &Value| -> Vec<String> {
+            v["response"]["auditAnnotations"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(keys(&first), ["rewritten-images"]);
+        json_patch::patch(&mut object, &decode(&first)).unwrap();
+        // A sidecar injector adds a tag-only image; the same request comes back.
+        object["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "sidecar", "image": format!("{REPO}:v1.21.0-15")}));
+        let (_, second) = response(
+            Endpoint::Mutate,
+            &review_of("CREATE", object.clone(), None),
+            &Policy::default(),
+        );
+        assert_eq!(keys(&second), ["rewritten-images-2"]);
+        let record: Value = serde_json::from_str(
+            second["response"]["auditAnnotations"]["rewritten-images-2"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            record,
+            json!({"/spec/containers/1/image": {"from": format!("{REPO}:v1.21.0-15"), "to": format!("{REPO}:v1.21.0-15@{GOOD}")}})
+        );
+        json_patch::patch(&mut object, &decode(&second)).unwrap();
+        let history: Value = serde_json::from_str(
+            object["metadata"]["annotations"][crate::judge::REWRITTEN_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(history["/spec/containers/0/image"].get("invocation"), None);
+        assert_eq!(history["/spec/containers/1/image"]["invocation"], 2);
+        // A third call, with a third image, is the third invocation.
+        object["spec"]["containers"][1]["image"] = json!(format!("{REPO}@{BAD}"));
+        let (_, third) = response(
+            Endpoint::Mutate,
+            &review_of("CREATE", object, None),
+            &Policy::default(),
+        );
+        assert_eq!(keys(&third), ["rewritten-images-3"]);
+        // Audit mode counts the same way from the object as it arrives.
+        let audit = Policy {
+            mode: Mode::Audit,
+            ..Policy::default()
+        };
+        let mut audited = pod(&format!("{REPO}@{BAD}"));
+        audited["metadata"]["annotations"] = json!({
+            crate::judge::REWRITTEN_ANNOTATION: history.to_string()
+        });
+        let (_, v) = response(Endpoint::Mutate, &review_of("CREATE", audited, None), &audit);
+        assert_eq!(keys(&v), ["would-rewrite-3"]);
     }
 }

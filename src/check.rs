@@ -6,15 +6,14 @@ use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{PatchOperation, ReplaceOperation};
+use json_patch::PatchOperation;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
+use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement, ObjectVerdict};
 use crate::objects::Role;
 use crate::policy::{Mode, Policy, Verdict};
-use crate::review::{self, Review};
 use crate::yaml::{self, Document, Edit, Offsets};
 
 /// One manifest input.
@@ -116,8 +115,7 @@ pub struct ObjectReport {
     pub kind: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
-    /// `allow`, `rewrite`, `deny`, or `skipped` for kinds without images.
-    pub verdict: &'static str,
+    pub verdict: ObjectVerdict,
     pub images: Vec<ImageReport>,
     #[serde(skip)]
     pub line: usize,
@@ -221,17 +219,9 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
             return;
         }
     };
-    // Fixing applies every rewrite the allowlist allows, whatever the mode:
-    // a developer running --fix wants manifests that pass in any mode.
-    let fixing_policy = Policy {
-        mode: Mode::Rewrite,
-        kind_modes: Default::default(),
-        unlisted: policy.unlisted,
-        exemptions: policy.exemptions.clone(),
-    };
     let offsets = Offsets::new(&input.text);
     let mut edits: Vec<Edit> = Vec::new();
-    let mut expected: Vec<(usize, Vec<PatchOperation>)> = Vec::new();
+    let mut expected: Vec<Expected> = Vec::new();
     let mut fix_failed = None;
     let mut rewrites = 0;
 
@@ -249,52 +239,33 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
             ));
             continue;
         };
-        let mut ops = Vec::new();
         for f in found {
-            let r = review::review(f.object, None, policy, allowlist);
-            let report = report(input, doc, &f, &r);
+            let j = judge::judge(f.object, None, policy, allowlist);
+            let report = report(input, doc, &f, &j);
             tally(&mut outcome.summary, report.verdict);
             outcome.results.push(report);
             if !fix {
                 continue;
             }
-            let fr = review::review(f.object, None, &fixing_policy, allowlist);
-            if policy.mode_for(&fr.kind) != Mode::Audit {
-                outcome.still_denied += fr.denials().count();
+            // Fixing applies every rewrite the allowlist allows, whatever the
+            // mode: a developer running --fix wants manifests that pass in any
+            // mode. What is left counts against the exit code unless audited.
+            if j.mode != Mode::Audit {
+                outcome.still_denied += j.unfixable().count();
             }
-            for image in fr.rewrites() {
-                let to = image.decision.rewrite_to().expect("rewrites have a target");
-                rewrites += 1;
-                if image.site.embedded.is_some() {
-                    continue;
-                }
-                let at = format!("{}{}", f.prefix, image.site.pointer);
-                ops.push(replace(&at, Value::String(to.to_owned())));
-                let edit = doc
-                    .node(&at)
-                    .ok_or_else(|| "positions unknown".to_owned())
-                    .and_then(|n| {
-                        yaml::scalar_edit(&input.text, &offsets, &n, to).map_err(|e| e.to_string())
-                    });
+            rewrites += j.images.iter().filter(|i| i.fix.is_some()).count();
+            for (at, edit) in file_edits(&input.text, &offsets, doc, &f.prefix, &j) {
                 match edit {
-                    Ok(e) => edits.push(e),
+                    Ok(mut e) => edits.append(&mut e),
                     Err(e) => fix_failed = Some(format!("{at}: {e}")),
                 }
             }
-            for e in &fr.embedded {
-                let at = format!("{}{}", f.prefix, e.pointer);
-                ops.push(replace(&at, Value::String(e.rewritten.clone())));
-                match embedded_edits(&input.text, &offsets, doc, &at, e) {
-                    Ok(mut v) => edits.append(&mut v),
-                    Err(err) => fix_failed = Some(format!("{at}: {err}")),
-                }
+            let ops = j.fix_ops();
+            if !ops.is_empty() {
+                expected.push((doc.index, f.prefix, ops));
             }
         }
-        if !ops.is_empty() {
-            expected.push((doc.index, ops));
-        }
     }
-
     if !fix {
         return;
     }
@@ -330,11 +301,40 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
     }
 }
 
-fn replace(at: &str, value: Value) -> PatchOperation {
-    PatchOperation::Replace(ReplaceOperation {
-        path: PointerBuf::parse(at).expect("walkers build valid pointers"),
-        value,
-    })
+/// A document's fixes: the operations on the object at `.1` in document `.0`.
+type Expected = (usize, String, Vec<PatchOperation>);
+
+/// The file edits for the judgement's fixes of the object at `prefix` in
+/// `doc`, each with the pointer it edits in the document.
+fn file_edits(
+    text: &str,
+    offsets: &Offsets,
+    doc: &Document,
+    prefix: &str,
+    j: &Judgement,
+) -> Vec<(String, Result<Vec<Edit>, String>)> {
+    let images = j.images.iter().filter(|i| i.site.embedded.is_none());
+    let mut out: Vec<_> = images
+        .filter_map(|i| {
+            let to = i.fix.as_deref()?;
+            let at = format!("{prefix}{}", i.site.pointer);
+            let edit = doc
+                .node(&at)
+                .ok_or_else(|| "positions unknown".to_owned())
+                .and_then(|n| {
+                    yaml::scalar_edit(text, offsets, &n, to)
+                        .map(|e| vec![e])
+                        .map_err(|e| e.to_string())
+                });
+            Some((at, edit))
+        })
+        .collect();
+    for e in &j.embedded {
+        let at = format!("{prefix}{}", e.pointer);
+        let edit = embedded_edits(text, offsets, doc, &at, e);
+        out.push((at, edit));
+    }
+    out
 }
 
 /// Edits of the file for a rewritten embedded document: in a literal block
@@ -344,7 +344,7 @@ fn embedded_edits(
     offsets: &Offsets,
     doc: &Document,
     at: &str,
-    e: &review::EmbeddedRewrite,
+    e: &EmbeddedRewrite,
 ) -> Result<Vec<Edit>, String> {
     let node = doc.node(at).ok_or("positions unknown")?;
     if let Ok(mapped) = yaml::map_literal_edits(text, offsets, &node, &e.original, &e.edits) {
@@ -357,19 +357,18 @@ fn embedded_edits(
 
 /// Re-reads the fixed text: it must hold exactly the original documents with
 /// the rewrites applied, or nothing is written.
-fn verify(
-    text: &str,
-    original: &[Document],
-    expected: &[(usize, Vec<PatchOperation>)],
-) -> Result<(), String> {
+fn verify(text: &str, original: &[Document], expected: &[Expected]) -> Result<(), String> {
     let docs = yaml::parse_stream(text).map_err(|e| format!("the result does not parse: {e}"))?;
     if docs.len() != original.len() {
         return Err("the result has a different number of documents".into());
     }
     for (before, after) in original.iter().zip(&docs) {
         let mut want = before.value.clone();
-        if let Some((_, ops)) = expected.iter().find(|(i, _)| *i == before.index) {
-            json_patch::patch(&mut want, ops).map_err(|e| e.to_string())?;
+        for (_, prefix, ops) in expected.iter().filter(|(i, ..)| *i == before.index) {
+            let object = want
+                .pointer_mut(prefix)
+                .ok_or_else(|| format!("{prefix}: not in the document"))?;
+            json_patch::patch(object, ops).map_err(|e| e.to_string())?;
         }
         if want != after.value {
             return Err(format!(
@@ -381,19 +380,19 @@ fn verify(
     Ok(())
 }
 
-fn tally(summary: &mut Summary, verdict: &str) {
+fn tally(summary: &mut Summary, verdict: ObjectVerdict) {
     summary.objects += 1;
     match verdict {
-        "allow" => summary.allow += 1,
-        "rewrite" => summary.rewrite += 1,
-        "deny" => summary.deny += 1,
-        _ => summary.skipped += 1,
+        ObjectVerdict::Allow => summary.allow += 1,
+        ObjectVerdict::Rewrite => summary.rewrite += 1,
+        ObjectVerdict::Deny => summary.deny += 1,
+        ObjectVerdict::Skipped => summary.skipped += 1,
     }
 }
 
 /// The file line of an image. Inside an embedded literal block the line is
 /// the block's first line plus the image's line in the embedded text.
-fn line_of_site(doc: &Document, at: &str, image: &review::ImageReview) -> usize {
+fn line_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> usize {
     if let Some(n) = doc.node(at) {
         return n.line;
     }
@@ -404,16 +403,14 @@ fn line_of_site(doc: &Document, at: &str, image: &review::ImageReview) -> usize 
     }
 }
 
-fn report(input: &Input, doc: &Document, found: &Found<'_>, r: &Review) -> ObjectReport {
+fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> ObjectReport {
     let text = |p: &str| found.object.pointer(p).and_then(Value::as_str).map(str::to_owned);
-    let images = r
+    let images = j
         .images
         .iter()
         .map(|i| {
-            let d = &i.decision;
-            let verdict = d.outcome().as_str();
             let would_be =
-                (d.mode == Mode::Audit && d.would_be() != Verdict::Allow).then(|| d.would_be().as_str());
+                (j.mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
             let at = format!("{}{}", found.prefix, i.site.pointer);
             let (container, volume) = match i.site.role {
                 Role::Volume => (None, i.site.name.clone()),
@@ -432,8 +429,8 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, r: &Review) -> Objec
                         .cloned()
                         .unwrap_or(Value::Null),
                 },
-                verdict,
-                rewrite: d.rewrite_to().map(str::to_owned),
+                verdict: i.outcome.label(),
+                rewrite: i.decision.rewrite_to().map(str::to_owned),
                 reason: i.message(),
                 would_be,
                 line: Some(line_of_site(doc, &at, i)),
@@ -448,7 +445,7 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, r: &Review) -> Objec
         kind: text("/kind"),
         namespace: text("/metadata/namespace"),
         name: text("/metadata/name"),
-        verdict: if r.known { r.verdict.as_str() } else { "skipped" },
+        verdict: j.verdict,
         images,
         line: doc.line_of(&found.prefix),
     }
@@ -606,7 +603,10 @@ mod tests {
         let o = run(&text, false);
         assert_eq!(o.results.len(), 2);
         assert_eq!((o.results[0].item, o.results[1].item), (Some(0), Some(1)));
-        assert_eq!((o.results[0].verdict, o.results[1].verdict), ("allow", "deny"));
+        assert_eq!(
+            (o.results[0].verdict, o.results[1].verdict),
+            (ObjectVerdict::Allow, ObjectVerdict::Deny)
+        );
         assert_eq!(o.results[1].images[0].line, Some(3));
         let report = text_report(&o, false);
         assert!(

@@ -4,20 +4,27 @@
 //!
 //! One image's way through: [`objects`] finds the image sites of an object
 //! by its kind's entry in [`objects::kinds`], [`policy`] decides each against
-//! the [`allowlist`] using the [`reference`] grammar, and [`review`] turns the
+//! the [`allowlist`] using the [`reference`](mod@reference) grammar, and [`judge`] turns the
 //! decisions into a verdict, a JSON Patch and messages ([`text`] keeps
 //! request strings in them safe). [`check`] feeds the same path from manifest
 //! files ([`yaml`] keeps their positions for `--fix`).
+//!
+//! One `POST /mutate`, one way through, never back into a module left:
+//! 1. [`server`] accepts the TLS connection and hands the body to its HTTP route;
+//! 2. [`admission`] decodes the AdmissionReview (only what the walkers read);
+//! 3. [`judge`] walks the object ([`objects`]), decides each image ([`policy`]), builds the patch;
+//! 4. [`admission`] encodes that [`judge::Judgement`] as the AdmissionReview answer;
+//! 5. [`server`] sends it, then counts it ([`metrics`]) and logs the decision.
 
 pub mod admission;
 pub mod allowlist;
 pub mod check;
 pub mod cli;
+pub mod judge;
 pub mod metrics;
 pub mod objects;
 pub mod policy;
 pub mod reference;
-pub mod review;
 pub mod server;
 pub mod text;
 // The incident's digests and allowlist, for unit tests, integration tests

@@ -73,27 +73,6 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// What happened to one image, as reports and the `verdict` metrics label
-/// show it: [`Verdict`] plus the exemptions, which are allowed but said so.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Allow,
-    Exempt,
-    Rewrite,
-    Deny,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allow => "allow",
-            Self::Exempt => "exempt",
-            Self::Rewrite => "rewrite",
-            Self::Deny => "deny",
-        }
-    }
-}
-
 /// Why an image got its outcome, as a stable code: the `reason` metrics
 /// label and what machine-readable reports carry. A closed set, so a forged
 /// review cannot grow the label space.
@@ -463,16 +442,6 @@ impl Decision {
         matches!(self.finding, Finding::Exempt { .. })
     }
 
-    /// The image's outcome: the verdict, with exemptions told apart.
-    pub fn outcome(&self) -> Outcome {
-        match self.verdict {
-            _ if self.is_exempt() => Outcome::Exempt,
-            Verdict::Allow => Outcome::Allow,
-            Verdict::Rewrite => Outcome::Rewrite,
-            Verdict::Deny => Outcome::Deny,
-        }
-    }
-
     /// Why: the finding's stable code (whatever the mode made of it).
     pub fn reason(&self) -> Reason {
         match &self.finding {
@@ -490,10 +459,7 @@ impl Decision {
 
     /// The promoted reference this image should be, when one is known.
     pub fn rewrite_to(&self) -> Option<&str> {
-        match &self.finding {
-            Finding::Rewrite { to, .. } => Some(to),
-            _ => None,
-        }
+        self.finding.rewrite_to()
     }
 
     /// Why this verdict, for people: names `what` (e.g. `container "ovms"`),
@@ -521,6 +487,14 @@ impl Decision {
 // === impl Finding ===
 
 impl Finding {
+    /// The promoted reference rewrite mode would write, when one is known.
+    pub fn rewrite_to(&self) -> Option<&str> {
+        match self {
+            Self::Rewrite { to, .. } => Some(to),
+            _ => None,
+        }
+    }
+
     /// The verdict in rewrite mode.
     pub fn verdict(&self) -> Verdict {
         match self {
@@ -828,58 +802,58 @@ spec:
     }
 
     #[test]
-    fn outcomes_and_reason_codes() {
+    fn verdicts_and_reason_codes() {
         let list = allowlist();
         let mut audit = Policy::default();
         audit.set_kind_mode("ConfigMap", Mode::Audit);
-        let cases: &[(&Policy, &str, String, Outcome, Reason)] = &[
+        let cases: &[(&Policy, &str, String, Verdict, Reason)] = &[
             (
                 &Policy::default(),
                 "Pod",
                 format!("{REPO}@{GOOD}"),
-                Outcome::Allow,
+                Verdict::Allow,
                 Reason::Promoted,
             ),
             (
                 &Policy::default(),
                 "Pod",
                 format!("{REPO}@{BAD}"),
-                Outcome::Rewrite,
+                Verdict::Rewrite,
                 Reason::DigestNotPromoted,
             ),
             (
                 &Policy::default(),
                 "Pod",
                 format!("{REPO}:v1.21.0-15"),
-                Outcome::Rewrite,
+                Verdict::Rewrite,
                 Reason::TagOnly,
             ),
             (
                 &Policy::default(),
                 "Pod",
                 "quay.io/platform/debug-shell:1".into(),
-                Outcome::Exempt,
+                Verdict::Allow,
                 Reason::Exempt,
             ),
             (
                 &Policy::default(),
                 "Pod",
                 "quay.io/UPPER/x:1".into(),
-                Outcome::Deny,
+                Verdict::Deny,
                 Reason::Invalid,
             ),
             (
                 &Policy::default(),
                 "Pod",
                 "nginx:1".into(),
-                Outcome::Deny,
+                Verdict::Deny,
                 Reason::ShortName,
             ),
             (
                 &Policy::default(),
                 "Pod",
                 "quay.io/other/x:1".into(),
-                Outcome::Deny,
+                Verdict::Deny,
                 Reason::Unlisted,
             ),
             // Audit mode allows, and the reason still says what was found.
@@ -887,13 +861,13 @@ spec:
                 &audit,
                 "ConfigMap",
                 format!("{REPO}@{BAD}"),
-                Outcome::Allow,
+                Verdict::Allow,
                 Reason::DigestNotPromoted,
             ),
         ];
-        for (policy, kind, image, outcome, reason) in cases {
+        for (policy, kind, image, verdict, reason) in cases {
             let d = policy.decide(kind, image, &list);
-            assert_eq!((d.outcome(), d.reason()), (*outcome, *reason), "{image}");
+            assert_eq!((d.verdict, d.reason()), (*verdict, *reason), "{image}");
         }
         let labels: std::collections::HashSet<_> = Reason::ALL.iter().map(|r| r.label()).collect();
         assert_eq!(labels.len(), Reason::ALL.len());

@@ -230,12 +230,12 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
             endpoint: endpoint.as_str(),
             kind: metrics::kind_label(&answer.kind),
             operation: metrics::operation_label(&answer.operation),
-            verdict: answer.verdict,
+            verdict: answer.verdict.as_str(),
         },
         elapsed.as_secs_f64(),
     );
     for (verdict, reason) in &answer.images {
-        state.metrics.image(verdict, reason);
+        state.metrics.image(verdict.label(), reason.label());
     }
     tracing::info!(
         endpoint = endpoint.as_str(),
@@ -245,7 +245,7 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         name = %loggable(&answer.name),
         operation = %loggable(&answer.operation),
         dry_run = answer.dry_run,
-        verdict = answer.verdict,
+        verdict = answer.verdict.as_str(),
         images = answer.images.len(),
         latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         denial = answer.message.as_deref().unwrap_or(""),

@@ -12,7 +12,7 @@ import json
 import ssl
 
 from cluster import BackgroundServer, QuietHandler, external_name_service, send_json, service_certificate
-from harness import FULLNAME, PROMOTED_IMAGE, PROMOTED_TAG
+from harness import FULLNAME, INCIDENT_IMAGE, PROMOTED_IMAGE, PROMOTED_TAG
 
 INJECTOR = "zz-e2e-sidecar-injector"  # sorts after "dg-digest-gate"
 INJECTOR_NAMESPACE = "e2e-sidecar"
@@ -63,23 +63,31 @@ def injector_configuration(port: int, ca: bytes, namespace: str) -> dict:
     }
 
 
-def test_sidecar_added_by_a_later_webhook_is_judged_on_reinvocation(cluster, release, models, tmp_path):
-    release.install()
+def create_with_injector(cluster, models, tmp_path, image: str, name: str):
+    """Creates a Pod whose `ovms` container has `image` while the sidecar
+    injector runs; returns the stored Pod, its audit event and the injector."""
     cluster.namespace(INJECTOR_NAMESPACE)
     certs = service_certificate(tmp_path / "injector", INJECTOR, INJECTOR_NAMESPACE)
     with SidecarInjector(certs) as injector:
         cluster.apply(external_name_service(INJECTOR, INJECTOR_NAMESPACE, injector.port))
         cluster.apply(injector_configuration(injector.port, (certs / "ca.crt").read_bytes(), models))
         try:
-            # The Pod's own image is promoted: the first call changes nothing,
-            # so everything digest-gate does here is the reinvocation's work.
-            cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "runtime", "namespace": models},
-                           "spec": {"containers": [{"name": "ovms", "image": PROMOTED_IMAGE}]}})
+            cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": models},
+                           "spec": {"containers": [{"name": "ovms", "image": image}]}})
         finally:
             cluster.kubectl("delete", "mutatingwebhookconfiguration", INJECTOR, "--ignore-not-found")
-            cluster.kubectl("delete", "namespace", INJECTOR_NAMESPACE, "--wait=false")
+            cluster.kubectl("delete", "namespace", INJECTOR_NAMESPACE, "--wait=true", "--timeout=60s")
+    (event,) = cluster.audit_events(lambda e: e.get("objectRef", {}).get("resource") == "pods"
+                                    and e["objectRef"].get("namespace") == models
+                                    and e["objectRef"].get("name") == name and e["verb"] == "create")
+    return cluster.get("pod", name, models), event, injector
 
-    stored = cluster.get("pod", "runtime", models)
+
+def test_sidecar_added_by_a_later_webhook_is_judged_on_reinvocation(cluster, release, models, tmp_path):
+    release.install()
+    # The Pod's own image is promoted: the first call changes nothing, so
+    # everything digest-gate does here is the reinvocation's work.
+    stored, event, injector = create_with_injector(cluster, models, tmp_path, PROMOTED_IMAGE, "runtime")
     images = {c["name"]: c["image"] for c in stored["spec"]["containers"]}
     assert images["ovms"] == PROMOTED_IMAGE
     # The injector wrote a tag; the stored Pod has the digest that tag promotes.
@@ -87,8 +95,6 @@ def test_sidecar_added_by_a_later_webhook_is_judged_on_reinvocation(cluster, rel
     assert injector.calls == 1
     assert release.pod.metric("digest_gate_admission_requests_total", endpoint="mutate", kind="Pod") == 2
 
-    (event,) = cluster.audit_events(lambda e: e.get("objectRef", {}).get("resource") == "pods"
-                                    and e["objectRef"].get("namespace") == models and e["verb"] == "create")
     annotations = event["annotations"]
     mutations = {k.rsplit("/", 1)[1]: json.loads(v) for k, v in annotations.items()
                  if k.startswith("mutation.webhook.admission.k8s.io/")}
@@ -104,3 +110,26 @@ def test_sidecar_added_by_a_later_webhook_is_judged_on_reinvocation(cluster, rel
     patch = json.loads(annotations["patch.webhook.admission.k8s.io/round_1_index_0"])
     assert patch["configuration"] == FULLNAME
     assert any(op["path"] == "/spec/containers/1/image" for op in patch["patch"])
+    # One rewrite, one invocation: the first key, no invocation number.
+    assert "mutate.digest-gate.dev/rewritten-images-2" not in annotations
+
+
+def test_each_invocation_keeps_its_own_audit_annotation(cluster, release, models, tmp_path):
+    """Both calls rewrite: the first the incident's digest, the reinvocation the
+    injected sidecar's tag. The apiserver keeps the first value of an audit
+    annotation key and drops a later one, so the second answer uses its own."""
+    release.install()
+    stored, event, _ = create_with_injector(cluster, models, tmp_path, INCIDENT_IMAGE, "runtime-2")
+    images = {c["name"]: c["image"] for c in stored["spec"]["containers"]}
+    assert images["ovms"] == PROMOTED_IMAGE
+    assert images["sidecar"].endswith("@" + PROMOTED_IMAGE.split("@")[1]), images
+
+    annotations = event["annotations"]
+    first = json.loads(annotations["mutate.digest-gate.dev/rewritten-images"])
+    second = json.loads(annotations["mutate.digest-gate.dev/rewritten-images-2"])
+    assert first == {"/spec/containers/0/image": {"from": INCIDENT_IMAGE, "to": PROMOTED_IMAGE}}
+    assert list(second) == ["/spec/containers/1/image"] and second["/spec/containers/1/image"]["from"] == PROMOTED_TAG
+    # The object's own record tells both invocations apart.
+    record = json.loads(stored["metadata"]["annotations"]["digest-gate.dev/rewritten-images"])
+    assert "invocation" not in record["/spec/containers/0/image"]
+    assert record["/spec/containers/1/image"]["invocation"] == 2

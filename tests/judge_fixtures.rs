@@ -1,10 +1,10 @@
 //! The library path on real manifests: ModelMesh's rendered Deployments and
-//! the upstream runtimes, reviewed, patched, and reviewed again.
+//! the upstream runtimes, judged, patched, and judged again.
 
 use digest_gate::allowlist::{self, Allowlist};
+use digest_gate::judge::{self, ObjectVerdict, REWRITTEN_ANNOTATION};
 use digest_gate::objects;
-use digest_gate::policy::{Policy, Verdict};
-use digest_gate::review::{self, REWRITTEN_ANNOTATION};
+use digest_gate::policy::Policy;
 use digest_gate::yaml;
 use serde_json::Value;
 
@@ -58,8 +58,8 @@ fn modelmesh_rendered_deployments_expose_every_container() {
             }
             // The test configuration's images are all short names ("image:tag",
             // "mlserver-1:replace"): denied with a reason, never rewritten.
-            let r = review::review(d, None, &Policy::default(), &example_allowlist());
-            assert_eq!(r.verdict, Verdict::Deny);
+            let r = judge::judge(d, None, &Policy::default(), &example_allowlist());
+            assert_eq!(r.verdict, ObjectVerdict::Deny);
             assert!(
                 r.images
                     .iter()
@@ -73,7 +73,7 @@ fn modelmesh_rendered_deployments_expose_every_container() {
 
 /// Every upstream runtime with its images replaced by an unpromoted digest of
 /// a promoted repository: each must rewrite, and the patched object must
-/// review clean.
+/// judge clean.
 #[test]
 fn upstream_runtimes_rewrite_and_settle() {
     let list = example_allowlist();
@@ -99,20 +99,20 @@ fn upstream_runtimes_rewrite_and_settle() {
             for site in walk.sites.iter().filter(|s| s.embedded.is_none()) {
                 *object.pointer_mut(&site.pointer).unwrap() = Value::String(unpromoted.clone());
             }
-            let r = review::review(&object, None, &Policy::default(), &list);
+            let r = judge::judge(&object, None, &Policy::default(), &list);
             let name = file.file_name().unwrap().to_string_lossy().to_string();
             if name.starts_with("02_") {
                 // Its embedded runtime holds a placeholder, not a digest.
-                assert_eq!(r.verdict, Verdict::Deny, "{name}");
+                assert_eq!(r.verdict, ObjectVerdict::Deny, "{name}");
                 continue;
             }
-            assert_eq!(r.verdict, Verdict::Rewrite, "{name}: {:?}", r.images);
-            let ops = r.patch(&object);
+            assert_eq!(r.verdict, ObjectVerdict::Rewrite, "{name}: {:?}", r.images);
+            let ops = r.patch(true);
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &ops).unwrap();
-            let again = review::review(&patched, None, &Policy::default(), &list);
-            assert_eq!(again.verdict, Verdict::Allow, "{name}");
-            assert!(again.patch(&patched).is_empty(), "{name}");
+            let again = judge::judge(&patched, None, &Policy::default(), &list);
+            assert_eq!(again.verdict, ObjectVerdict::Allow, "{name}");
+            assert!(again.patch(true).is_empty(), "{name}");
             let note = patched["metadata"]["annotations"][REWRITTEN_ANNOTATION]
                 .as_str()
                 .unwrap();
