@@ -220,11 +220,7 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
         }
     };
     let offsets = Offsets::new(&input.text);
-    let mut edits: Vec<Edit> = Vec::new();
-    let mut expected: Vec<Expected> = Vec::new();
-    let mut fix_failed = None;
-    let mut rewrites = 0;
-
+    let mut fixing = Fixing::default();
     for doc in &docs {
         if doc.value.is_null() {
             continue;
@@ -244,60 +240,76 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
             let report = report(input, doc, &f, &j);
             tally(&mut outcome.summary, report.verdict);
             outcome.results.push(report);
-            if !fix {
-                continue;
-            }
-            // Fixing applies every rewrite the allowlist allows, whatever the
-            // mode: a developer running --fix wants manifests that pass in any
-            // mode. What is left counts against the exit code unless audited.
-            if j.mode != Mode::Audit {
-                outcome.still_denied += j.unfixable().count();
-            }
-            rewrites += j.images.iter().filter(|i| i.fix.is_some()).count();
-            for (at, edit) in file_edits(&input.text, &offsets, doc, &f.prefix, &j) {
-                match edit {
-                    Ok(mut e) => edits.append(&mut e),
-                    Err(e) => fix_failed = Some(format!("{at}: {e}")),
+            if fix {
+                // What --fix leaves counts against the exit code unless audited.
+                if j.mode != Mode::Audit {
+                    outcome.still_denied += j.unfixable().count();
                 }
-            }
-            let ops = j.fix_ops();
-            if !ops.is_empty() {
-                expected.push((doc.index, f.prefix, ops));
+                fixing.add(&input.text, &offsets, doc, f.prefix, &j);
             }
         }
     }
-    if !fix {
-        return;
+    if fix {
+        fixing.finish(input, &docs, positioned, outcome);
     }
-    let text = if edits.is_empty() && fix_failed.is_none() {
-        Ok(input.text.clone())
-    } else if !positioned {
-        Err("the file could only be read as JSON, without positions".to_owned())
-    } else if let Some(e) = fix_failed {
-        Err(e)
-    } else {
-        yaml::apply_edits(&input.text, edits)
-            .map_err(|e| e.to_string())
-            .and_then(|t| verify(&t, &docs, &expected).map(|()| t))
-    };
-    match text {
-        Ok(text) => outcome.fixed.push(Fixed {
+}
+
+/// The fixes of one file, gathered object by object. Fixing applies every
+/// rewrite the allowlist allows, whatever the mode: a developer running
+/// --fix wants manifests that pass in any mode.
+#[derive(Default)]
+struct Fixing {
+    edits: Vec<Edit>,
+    expected: Vec<Expected>,
+    failed: Option<String>,
+    rewrites: usize,
+}
+
+impl Fixing {
+    /// Adds the fixes of the object at `prefix` in `doc`.
+    fn add(&mut self, text: &str, offsets: &Offsets, doc: &Document, prefix: String, j: &Judgement) {
+        self.rewrites += j.images.iter().filter(|i| i.fix.is_some()).count();
+        for (at, edit) in file_edits(text, offsets, doc, &prefix, j) {
+            match edit {
+                Ok(mut e) => self.edits.append(&mut e),
+                Err(e) => self.failed = Some(format!("{at}: {e}")),
+            }
+        }
+        let ops = j.fix_ops();
+        if !ops.is_empty() {
+            self.expected.push((doc.index, prefix, ops));
+        }
+    }
+
+    /// Applies the edits, proves nothing else moved, and records the file.
+    fn finish(self, input: &Input, docs: &[Document], positioned: bool, outcome: &mut Outcome) {
+        let text = if self.edits.is_empty() && self.failed.is_none() {
+            Ok(input.text.clone())
+        } else if !positioned {
+            Err("the file could only be read as JSON, without positions".to_owned())
+        } else if let Some(e) = self.failed {
+            Err(e)
+        } else {
+            yaml::apply_edits(&input.text, self.edits)
+                .map_err(|e| e.to_string())
+                .and_then(|t| verify(&t, docs, &self.expected).map(|()| t))
+        };
+        let (text, rewrites) = match text {
+            Ok(text) => (text, self.rewrites),
+            Err(e) => {
+                outcome.still_denied += self.rewrites;
+                outcome.problems.push(format!(
+                    "{}: cannot rewrite in place ({e}); apply the rewrites above by hand",
+                    input.name
+                ));
+                (input.text.clone(), 0)
+            }
+        };
+        outcome.fixed.push(Fixed {
             name: input.name.clone(),
             text,
             rewrites,
-        }),
-        Err(e) => {
-            outcome.still_denied += rewrites;
-            outcome.problems.push(format!(
-                "{}: cannot rewrite in place ({e}); apply the rewrites above by hand",
-                input.name
-            ));
-            outcome.fixed.push(Fixed {
-                name: input.name.clone(),
-                text: input.text.clone(),
-                rewrites: 0,
-            });
-        }
+        });
     }
 }
 

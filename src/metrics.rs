@@ -96,84 +96,76 @@ impl Metrics {
     /// Registers every metric under the `digest_gate` prefix.
     pub fn new() -> Self {
         let mut r = Registry::with_prefix("digest_gate");
-        let requests = add(
-            &mut r,
-            "admission_requests",
-            "Admission reviews answered, by endpoint, kind, operation and verdict",
-            Family::<RequestLabels, Counter>::default(),
-        );
-        let duration = add(
-            &mut r,
-            "admission_duration_seconds",
-            "Time from a review's body being read to its answer being encoded",
-            Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
-                // 25 µs .. ~0.4 s: the decision itself is microseconds; the
-                // apiserver gives up at the webhook timeout (5 s by default).
-                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                    25e-6, 2.5, 12,
-                ))
-            }),
-        );
-        let images = add(
-            &mut r,
-            "images",
-            "Images judged, by verdict and reason",
-            Family::<ImageLabels, Counter>::default(),
-        );
-        let bad_requests = add(
-            &mut r,
-            "bad_requests",
-            "Requests refused before review (wrong method, content type, size, undecodable)",
-            Family::<ReasonLabels, Counter>::default(),
-        );
-        let reloads = add(
-            &mut r,
-            "reloads",
-            "Reloads of the allowlist and the TLS certificate, by result",
-            Family::<ReloadLabels, Counter>::default(),
-        );
-        let last_reload = add(
-            &mut r,
-            "last_successful_reload_timestamp_seconds",
-            "Unix time of the last successful load, by source",
-            Family::<SourceLabels, Gauge<f64, AtomicU64>>::default(),
-        );
-        let allowlist_repositories = add(
-            &mut r,
-            "allowlist_repositories",
-            "Repositories in the allowlist in force",
-            Gauge::default(),
-        );
-        let allowlist_digests = add(
-            &mut r,
-            "allowlist_digests",
-            "Promoted (repository, digest) pairs in the allowlist in force",
-            Gauge::default(),
-        );
-        let tls_handshake_failures = add(
-            &mut r,
-            "tls_handshake_failures",
-            "TLS handshakes that failed or timed out (plain HTTP on the TLS port counts here)",
-            Counter::default(),
-        );
-        let open_connections = add(
-            &mut r,
-            "open_connections",
-            "Webhook connections currently open",
-            Gauge::default(),
-        );
+        // Fields are initialised in the order written: every metric is
+        // registered before the registry moves into the struct.
         Self {
+            requests: add(
+                &mut r,
+                "admission_requests",
+                "Admission reviews answered, by endpoint, kind, operation and verdict",
+                Family::<RequestLabels, Counter>::default(),
+            ),
+            duration: add(
+                &mut r,
+                "admission_duration_seconds",
+                "Time from a review's body being read to its answer being encoded",
+                Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
+                    // 25 µs .. ~0.4 s: the decision itself is microseconds; the
+                    // apiserver gives up at the webhook timeout (5 s by default).
+                    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                        25e-6, 2.5, 12,
+                    ))
+                }),
+            ),
+            images: add(
+                &mut r,
+                "images",
+                "Images judged, by verdict and reason",
+                Family::<ImageLabels, Counter>::default(),
+            ),
+            bad_requests: add(
+                &mut r,
+                "bad_requests",
+                "Requests refused before review (wrong method, content type, size, undecodable)",
+                Family::<ReasonLabels, Counter>::default(),
+            ),
+            reloads: add(
+                &mut r,
+                "reloads",
+                "Reloads of the allowlist and the TLS certificate, by result",
+                Family::<ReloadLabels, Counter>::default(),
+            ),
+            last_reload: add(
+                &mut r,
+                "last_successful_reload_timestamp_seconds",
+                "Unix time of the last successful load, by source",
+                Family::<SourceLabels, Gauge<f64, AtomicU64>>::default(),
+            ),
+            allowlist_repositories: add(
+                &mut r,
+                "allowlist_repositories",
+                "Repositories in the allowlist in force",
+                Gauge::default(),
+            ),
+            allowlist_digests: add(
+                &mut r,
+                "allowlist_digests",
+                "Promoted (repository, digest) pairs in the allowlist in force",
+                Gauge::default(),
+            ),
+            tls_handshake_failures: add(
+                &mut r,
+                "tls_handshake_failures",
+                "TLS handshakes that failed or timed out (plain HTTP on the TLS port counts here)",
+                Counter::default(),
+            ),
+            open_connections: add(
+                &mut r,
+                "open_connections",
+                "Webhook connections currently open",
+                Gauge::default(),
+            ),
             registry: r,
-            requests,
-            duration,
-            images,
-            bad_requests,
-            reloads,
-            last_reload,
-            allowlist_repositories,
-            allowlist_digests,
-            tls_handshake_failures,
-            open_connections,
         }
     }
 

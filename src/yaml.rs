@@ -207,58 +207,9 @@ impl Builder {
                     nodes,
                 });
             }
-            Event::MappingStart(anchor, _) => {
-                let ptr = self.child_pointer(&span)?;
-                let locs_start = self.locs.len();
-                self.locs.push((ptr.clone(), node_at(&span, None)));
-                self.stack.push(Frame::Map {
-                    map: Map::new(),
-                    ptr,
-                    anchor,
-                    locs_start,
-                    key: None,
-                    merges: Vec::new(),
-                });
-            }
-            Event::SequenceStart(anchor, _) => {
-                let ptr = self.child_pointer(&span)?;
-                let locs_start = self.locs.len();
-                self.locs.push((ptr.clone(), node_at(&span, None)));
-                self.stack.push(Frame::Seq {
-                    items: Vec::new(),
-                    ptr,
-                    anchor,
-                    locs_start,
-                });
-            }
-            Event::MappingEnd | Event::SequenceEnd => {
-                let (value, anchor, locs_start, ptr) = match self.stack.pop() {
-                    Some(Frame::Seq {
-                        items,
-                        ptr,
-                        anchor,
-                        locs_start,
-                    }) => (Value::Array(items), anchor, locs_start, ptr),
-                    Some(Frame::Map {
-                        mut map,
-                        ptr,
-                        anchor,
-                        locs_start,
-                        merges,
-                        ..
-                    }) => {
-                        if !merges.is_empty() {
-                            self.apply_merges(&mut map, &ptr, locs_start, merges);
-                        }
-                        (Value::Object(map), anchor, locs_start, ptr)
-                    }
-                    None => return Err(error_at(&span, "unbalanced collection end")),
-                };
-                if anchor != 0 {
-                    self.remember(anchor, &value, locs_start, &ptr);
-                }
-                self.attach(value, &span)?;
-            }
+            Event::MappingStart(anchor, _) => self.start(&span, anchor, true)?,
+            Event::SequenceStart(anchor, _) => self.start(&span, anchor, false)?,
+            Event::MappingEnd | Event::SequenceEnd => self.end(&span)?,
             Event::Scalar(text, style, anchor, tag) => {
                 if self.wants_key() {
                     let merge = style == ScalarStyle::Plain && tag.is_none() && text == "<<";
@@ -273,36 +224,95 @@ impl Builder {
                 }
                 self.attach(value, &span)?;
             }
-            Event::Alias(id) => {
-                let Some(anchored) = self.anchors.get(&id) else {
-                    return Err(error_at(&span, "alias to an unknown anchor"));
-                };
-                if self.wants_key() {
-                    let text = match &anchored.value {
-                        Value::String(s) => s.clone(),
-                        Value::Number(_) | Value::Bool(_) | Value::Null => anchored.value.to_string(),
-                        _ => return Err(error_at(&span, "a mapping key must be a scalar")),
-                    };
-                    return self.set_key(text, false, &span);
-                }
-                self.expanded += anchored.size;
-                if self.expanded > ALIAS_EXPANSION_LIMIT {
-                    return Err(error_at(
-                        &span,
-                        "aliases expand to more than a million nodes; refusing an alias bomb",
-                    ));
-                }
-                let value = anchored.value.clone();
-                let relative = anchored.locs.clone();
-                let ptr = self.child_pointer(&span)?;
-                for (rel, node) in relative {
-                    self.locs.push((format!("{ptr}{rel}"), node));
-                }
-                self.attach(value, &span)?;
-            }
+            Event::Alias(id) => self.alias(id, &span)?,
             Event::StreamStart | Event::StreamEnd | Event::Nothing => {}
         }
         Ok(())
+    }
+
+    /// A mapping or sequence opens.
+    fn start(&mut self, span: &Span, anchor: usize, mapping: bool) -> Result<(), YamlError> {
+        let ptr = self.child_pointer(span)?;
+        let locs_start = self.locs.len();
+        self.locs.push((ptr.clone(), node_at(span, None)));
+        self.stack.push(if mapping {
+            Frame::Map {
+                map: Map::new(),
+                ptr,
+                anchor,
+                locs_start,
+                key: None,
+                merges: Vec::new(),
+            }
+        } else {
+            Frame::Seq {
+                items: Vec::new(),
+                ptr,
+                anchor,
+                locs_start,
+            }
+        });
+        Ok(())
+    }
+
+    /// A mapping or sequence closes: it becomes a value of its parent.
+    fn end(&mut self, span: &Span) -> Result<(), YamlError> {
+        let (value, anchor, locs_start, ptr) = match self.stack.pop() {
+            Some(Frame::Seq {
+                items,
+                ptr,
+                anchor,
+                locs_start,
+            }) => (Value::Array(items), anchor, locs_start, ptr),
+            Some(Frame::Map {
+                mut map,
+                ptr,
+                anchor,
+                locs_start,
+                merges,
+                ..
+            }) => {
+                if !merges.is_empty() {
+                    self.apply_merges(&mut map, &ptr, locs_start, merges);
+                }
+                (Value::Object(map), anchor, locs_start, ptr)
+            }
+            None => return Err(error_at(span, "unbalanced collection end")),
+        };
+        if anchor != 0 {
+            self.remember(anchor, &value, locs_start, &ptr);
+        }
+        self.attach(value, span)
+    }
+
+    /// An alias: a copy of the anchored value, its positions included, as
+    /// long as the expansion stays under the limit.
+    fn alias(&mut self, id: usize, span: &Span) -> Result<(), YamlError> {
+        let Some(anchored) = self.anchors.get(&id) else {
+            return Err(error_at(span, "alias to an unknown anchor"));
+        };
+        if self.wants_key() {
+            let text = match &anchored.value {
+                Value::String(s) => s.clone(),
+                Value::Number(_) | Value::Bool(_) | Value::Null => anchored.value.to_string(),
+                _ => return Err(error_at(span, "a mapping key must be a scalar")),
+            };
+            return self.set_key(text, false, span);
+        }
+        self.expanded += anchored.size;
+        if self.expanded > ALIAS_EXPANSION_LIMIT {
+            return Err(error_at(
+                span,
+                "aliases expand to more than a million nodes; refusing an alias bomb",
+            ));
+        }
+        let value = anchored.value.clone();
+        let relative = anchored.locs.clone();
+        let ptr = self.child_pointer(span)?;
+        for (rel, node) in relative {
+            self.locs.push((format!("{ptr}{rel}"), node));
+        }
+        self.attach(value, span)
     }
 
     fn wants_key(&self) -> bool {

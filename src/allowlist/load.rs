@@ -559,29 +559,8 @@ impl Loader {
         let Some(name) = self.string(ctx, obj.get("name"), &name_ptr) else {
             return 0;
         };
-        let canonical = match reference::parse(name) {
-            Err(e) => {
-                self.errors
-                    .push(ctx.error(&name_ptr, format!("'{name}' is not a repository name: {e}")));
-                return 0;
-            }
-            Ok(r) if r.tag().is_some() || r.digest().is_some() => {
-                self.errors.push(ctx.error(
-                    &name_ptr,
-                    format!("'{name}' must be a repository name without tag or digest; list digests under 'digests'"),
-                ));
-                return 0;
-            }
-            Ok(r) => match r.canonical_repository(None) {
-                Some(c) => c.into_owned(),
-                None => {
-                    self.errors.push(ctx.error(
-                        &name_ptr,
-                        format!("'{name}' has no registry host; write it fully, e.g. quay.io/org/{name}"),
-                    ));
-                    return 0;
-                }
-            },
+        let Some(canonical) = self.repository_name(ctx, name, &name_ptr) else {
+            return 0;
         };
 
         let digests_ptr = format!("{ptr}/digests");
@@ -593,37 +572,8 @@ impl Loader {
         let mut entries = 0;
         for (i, d) in digests.iter().enumerate() {
             let p = format!("{digests_ptr}/{i}");
-            let (digest, tags) = match d {
-                Value::String(s) => (s.as_str(), Vec::new()),
-                Value::Object(o) => {
-                    self.unknown_fields(ctx, o, &p, &["digest", "tags"]);
-                    let Some(digest) = self.string(ctx, o.get("digest"), &format!("{p}/digest")) else {
-                        continue;
-                    };
-                    let tags_ptr = format!("{p}/tags");
-                    let mut tags = Vec::new();
-                    for (j, t) in self.list(ctx, o.get("tags"), &tags_ptr).iter().enumerate() {
-                        let tp = format!("{tags_ptr}/{j}");
-                        let Some(tag) = self.string(ctx, Some(t), &tp) else {
-                            continue;
-                        };
-                        match reference::validate_tag_str(tag) {
-                            Ok(()) => tags.push(tag),
-                            Err(e) => self.errors.push(ctx.error(&tp, e.to_string())),
-                        }
-                    }
-                    (digest, tags)
-                }
-                other => {
-                    self.errors.push(ctx.error(
-                        &p,
-                        format!(
-                            "expected a digest or a mapping with 'digest' and 'tags', found {}",
-                            yaml::type_name(other)
-                        ),
-                    ));
-                    continue;
-                }
+            let Some((digest, tags)) = self.native_digest(ctx, d, &p) else {
+                continue;
             };
             if let Err(e) = reference::validate_digest_str(digest) {
                 self.errors
@@ -645,6 +595,68 @@ impl Loader {
             }
         }
         entries
+    }
+
+    /// A native repository's name, canonical; `None` once the error is recorded.
+    fn repository_name(&mut self, ctx: &Ctx<'_>, name: &str, name_ptr: &str) -> Option<String> {
+        match reference::parse(name) {
+            Err(e) => {
+                self.errors
+                    .push(ctx.error(name_ptr, format!("'{name}' is not a repository name: {e}")));
+                None
+            }
+            Ok(r) if r.tag().is_some() || r.digest().is_some() => {
+                self.errors.push(ctx.error(
+                    name_ptr,
+                    format!("'{name}' must be a repository name without tag or digest; list digests under 'digests'"),
+                ));
+                None
+            }
+            Ok(r) => match r.canonical_repository(None) {
+                Some(c) => Some(c.into_owned()),
+                None => {
+                    self.errors.push(ctx.error(
+                        name_ptr,
+                        format!("'{name}' has no registry host; write it fully, e.g. quay.io/org/{name}"),
+                    ));
+                    None
+                }
+            },
+        }
+    }
+
+    /// One `digests[]` entry: a digest, or a mapping with `digest` and `tags`.
+    fn native_digest<'v>(&mut self, ctx: &Ctx<'_>, d: &'v Value, p: &str) -> Option<(&'v str, Vec<&'v str>)> {
+        match d {
+            Value::String(s) => Some((s.as_str(), Vec::new())),
+            Value::Object(o) => {
+                self.unknown_fields(ctx, o, p, &["digest", "tags"]);
+                let digest = self.string(ctx, o.get("digest"), &format!("{p}/digest"))?;
+                let tags_ptr = format!("{p}/tags");
+                let mut tags = Vec::new();
+                for (j, t) in self.list(ctx, o.get("tags"), &tags_ptr).iter().enumerate() {
+                    let tp = format!("{tags_ptr}/{j}");
+                    let Some(tag) = self.string(ctx, Some(t), &tp) else {
+                        continue;
+                    };
+                    match reference::validate_tag_str(tag) {
+                        Ok(()) => tags.push(tag),
+                        Err(e) => self.errors.push(ctx.error(&tp, e.to_string())),
+                    }
+                }
+                Some((digest, tags))
+            }
+            other => {
+                self.errors.push(ctx.error(
+                    p,
+                    format!(
+                        "expected a digest or a mapping with 'digest' and 'tags', found {}",
+                        yaml::type_name(other)
+                    ),
+                ));
+                None
+            }
+        }
     }
 
     fn native_mirror(&mut self, ctx: &Ctx<'_>, rule: &Value, ptr: &str) {

@@ -311,6 +311,22 @@ async fn serve_admin(listener: TcpListener, router: axum::Router, mut drain: wat
         .await;
 }
 
+/// HTTP/1.1 and HTTP/2 (the apiserver speaks either), with the request
+/// header timeout and a stream cap per connection.
+fn http_builder(config: &Config) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.request_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
+    builder
+}
+
 /// Serves `router` over TLS on `listener` until `drain` fires, then finishes
 /// in-flight requests within the grace period. Public so the load
 /// benchmark's baseline webhook runs the very same connection handling.
@@ -322,16 +338,7 @@ pub async fn serve_tls(
     config: &Config,
     mut drain: watch::Receiver<bool>,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.request_timeout)
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
+    let builder = http_builder(config);
     let service = TowerToHyperService::new(router);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(config.max_connections));
