@@ -520,25 +520,21 @@ fn annotation_op(
     let text = Value::String(Value::Object(record).to_string());
     let metadata = object.get("metadata");
     let annotations = metadata.and_then(|m| m.get("annotations"));
-    let (path, value) = match (metadata, annotations) {
-        (Some(Value::Object(_)), Some(Value::Object(_))) => (
-            format!(
-                "/metadata/annotations/{}",
-                yaml::escape_token(REWRITTEN_ANNOTATION)
-            ),
-            text,
-        ),
+    let (tokens, value) = match (metadata, annotations) {
+        (Some(Value::Object(_)), Some(Value::Object(_))) => {
+            (&["metadata", "annotations", REWRITTEN_ANNOTATION][..], text)
+        }
         (Some(Value::Object(_)), _) => (
-            "/metadata/annotations".to_owned(),
+            &["metadata", "annotations"][..],
             serde_json::json!({ REWRITTEN_ANNOTATION: text }),
         ),
         _ => (
-            "/metadata".to_owned(),
+            &["metadata"][..],
             serde_json::json!({ "annotations": { REWRITTEN_ANNOTATION: text } }),
         ),
     };
     PatchOperation::Add(AddOperation {
-        path: pointer(&path),
+        path: PointerBuf::from_tokens(tokens.iter().copied()),
         value,
     })
 }

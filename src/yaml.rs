@@ -7,6 +7,7 @@
 //! anchors, aliases and `<<` merge keys are expanded the way kubectl's YAML
 //! reader expands them, so an image hidden behind an alias is still seen.
 
+use json_patch::jsonptr::Token;
 use std::collections::HashMap;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span, Tag};
@@ -115,13 +116,10 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// Escapes one reference token for a JSON Pointer (RFC 6901).
-pub fn escape_token(token: &str) -> std::borrow::Cow<'_, str> {
-    if token.contains(['~', '/']) {
-        token.replace('~', "~0").replace('/', "~1").into()
-    } else {
-        token.into()
-    }
+/// A JSON Pointer reference token decoded (RFC 6901: `~1` is `/`, `~0` is
+/// `~`); one that is not validly encoded is taken as written.
+pub fn decoded(token: &str) -> String {
+    Token::from_encoded(token).map_or_else(|_| token.to_owned(), |t| t.decoded().into_owned())
 }
 
 #[derive(Debug)]
@@ -330,7 +328,7 @@ impl Builder {
                 .rev()
                 .find(|(p, _)| {
                     p.strip_prefix(ptr.as_str()).and_then(|r| r.strip_prefix('/'))
-                        == Some(&escape_token(&text))
+                        == Some(Token::new(text.as_str()).encoded())
                 })
                 .map(|(_, n)| n.line);
             let first = line
@@ -356,7 +354,7 @@ impl Builder {
                 if key.merge {
                     format!("{ptr}/<<")
                 } else {
-                    format!("{ptr}/{}", escape_token(&key.text))
+                    format!("{ptr}/{}", Token::new(key.text.as_str()).encoded())
                 }
             }
         })
@@ -432,7 +430,7 @@ impl Builder {
             let Some((i, base)) = found else { continue };
             let rest = &p[base.len() + 1..];
             let key_token = rest.split('/').next().unwrap_or("");
-            let key = key_token.replace("~1", "/").replace("~0", "~");
+            let key = decoded(key_token);
             if chosen.get(&key) == Some(&i) {
                 kept.push((format!("{ptr}/{rest}"), node));
             }
@@ -730,6 +728,15 @@ pub fn apply_edits(text: &str, mut edits: Vec<Edit>) -> Result<String, EditError
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn pointer_tokens_decode_and_keys_with_slashes_are_found() {
+        assert_eq!(decoded("a~1b~0c"), "a/b~c");
+        assert_eq!(decoded("x~2"), "x~2", "not validly encoded: as written");
+        let docs = parse_stream("data:\n  a/b~c: |\n    text\n").unwrap();
+        let node = docs[0].node("/data/a~1b~0c").expect("escaped key found");
+        assert!(node.is_literal_block());
+    }
 
     fn one(text: &str) -> Document {
         let mut docs = parse_stream(text).unwrap();

@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use json_patch::jsonptr::Token;
 use serde_json::Value;
 
 use super::{Allowlist, Builder, Exemption, Origin, Pattern};
@@ -302,7 +303,7 @@ fn dotted(pointer: &str) -> String {
             if !out.is_empty() {
                 out.push('.');
             }
-            out.push_str(&token.replace("~1", "/").replace("~0", "~"));
+            out.push_str(&yaml::decoded(token));
         }
     }
     out
@@ -433,7 +434,7 @@ impl Loader {
         for key in obj.keys() {
             if !known.contains(&key.as_str()) {
                 self.errors.push(ctx.error(
-                    &format!("{ptr}/{}", yaml::escape_token(key)),
+                    &format!("{ptr}/{}", Token::new(key.as_str()).encoded()),
                     format!("unknown field '{key}' (expected one of: {})", known.join(", ")),
                 ));
             }

@@ -1,5 +1,6 @@
 //! The walkers: every image site of an object, by its kind's layout.
 
+use json_patch::jsonptr::Token;
 use serde_json::Value;
 
 use super::kinds::{self, Layout};
@@ -308,7 +309,7 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
         if !kinds::runtimes().any(|k| text.contains(k.name)) {
             continue;
         }
-        let pointer = format!("{ptr}/data/{}", yaml::escape_token(key));
+        let pointer = format!("{ptr}/data/{}", Token::new(key.as_str()).encoded());
         let documents = match yaml::parse_stream(text) {
             Ok(d) => d,
             Err(e) if runtimes_config => {
