@@ -667,62 +667,24 @@ spec:
         Policy::default().find(image, &allowlist())
     }
 
-    #[test]
-    fn the_decision_table() {
-        let list = allowlist();
-        let p = Policy::default();
-        let cases: &[(&str, String, Verdict)] = &[
-            ("promoted digest", format!("{REPO}@{GOOD}"), Verdict::Allow),
-            (
-                "promoted digest with any tag",
-                format!("{REPO}:whatever@{GOOD}"),
-                Verdict::Allow,
-            ),
-            (
-                "unpromoted digest, sole digest",
-                format!("{REPO}@{BAD}"),
-                Verdict::Rewrite,
-            ),
-            ("listed tag", format!("{REPO}:v1.21.0-15"), Verdict::Rewrite),
-            ("unknown tag", format!("{REPO}:latest"), Verdict::Deny),
-            ("bare repository", REPO.to_owned(), Verdict::Deny),
-            (
-                "unlisted repository",
-                format!("quay.io/other/x@{GOOD}"),
-                Verdict::Deny,
-            ),
-            ("short name", "ovms-1:replace".to_owned(), Verdict::Deny),
-            ("invalid", "<openvino_image>".to_owned(), Verdict::Deny),
-            (
-                "exempt",
-                "quay.io/platform/debug-shell:latest".to_owned(),
-                Verdict::Allow,
-            ),
-            (
-                "mirror of a promoted digest",
-                format!("quay.io/rhods-mirror/odh-openvino-servingruntime-rhel8@{GOOD}"),
-                Verdict::Allow,
-            ),
-            (
-                "unpromoted digest, several digests, tag decides",
-                format!("quay.io/modh/multi:1.0@{BAD}"),
-                Verdict::Rewrite,
-            ),
-            (
-                "unpromoted digest, several digests, nothing decides",
-                format!("quay.io/modh/multi@{BAD}"),
-                Verdict::Deny,
-            ),
-            (
-                "unpromoted digest, rewriteTo decides",
-                format!("quay.io/modh/pinned@{BAD}"),
-                Verdict::Rewrite,
-            ),
-        ];
-        for (name, image, want) in cases {
-            let d = p.decide("Pod", image, &list);
-            assert_eq!(d.verdict, *want, "{name}: {image}: {:?}", d.finding);
-        }
+    #[rstest::rstest]
+    #[case::promoted_digest(format!("{REPO}@{GOOD}"), Verdict::Allow)]
+    #[case::promoted_digest_with_any_tag(format!("{REPO}:whatever@{GOOD}"), Verdict::Allow)]
+    #[case::unpromoted_digest_sole_digest(format!("{REPO}@{BAD}"), Verdict::Rewrite)]
+    #[case::listed_tag(format!("{REPO}:v1.21.0-15"), Verdict::Rewrite)]
+    #[case::unknown_tag(format!("{REPO}:latest"), Verdict::Deny)]
+    #[case::bare_repository(REPO.to_owned(), Verdict::Deny)]
+    #[case::unlisted_repository(format!("quay.io/other/x@{GOOD}"), Verdict::Deny)]
+    #[case::short_name("ovms-1:replace".to_owned(), Verdict::Deny)]
+    #[case::invalid("<openvino_image>".to_owned(), Verdict::Deny)]
+    #[case::exempt("quay.io/platform/debug-shell:latest".to_owned(), Verdict::Allow)]
+    #[case::mirror_of_a_promoted_digest(format!("quay.io/rhods-mirror/odh-openvino-servingruntime-rhel8@{GOOD}"), Verdict::Allow)]
+    #[case::unpromoted_digest_several_digests_tag_decides(format!("quay.io/modh/multi:1.0@{BAD}"), Verdict::Rewrite)]
+    #[case::unpromoted_digest_several_digests_nothing_decides(format!("quay.io/modh/multi@{BAD}"), Verdict::Deny)]
+    #[case::unpromoted_digest_rewriteto_decides(format!("quay.io/modh/pinned@{BAD}"), Verdict::Rewrite)]
+    fn the_decision_table(#[case] image: String, #[case] want: Verdict) {
+        let d = Policy::default().decide("Pod", &image, &allowlist());
+        assert_eq!(d.verdict, want, "{image}: {:?}", d.finding);
     }
 
     #[test]
@@ -801,74 +763,31 @@ spec:
         );
     }
 
+    /// Audit mode (ConfigMaps here) allows, and the reason still says what
+    /// was found.
+    #[rstest::rstest]
+    #[case::promoted("Pod", format!("{REPO}@{GOOD}"), Verdict::Allow, Reason::Promoted)]
+    #[case::unpromoted_digest("Pod", format!("{REPO}@{BAD}"), Verdict::Rewrite, Reason::DigestNotPromoted)]
+    #[case::tag_only("Pod", format!("{REPO}:v1.21.0-15"), Verdict::Rewrite, Reason::TagOnly)]
+    #[case::exempt("Pod", "quay.io/platform/debug-shell:1".into(), Verdict::Allow, Reason::Exempt)]
+    #[case::invalid("Pod", "quay.io/UPPER/x:1".into(), Verdict::Deny, Reason::Invalid)]
+    #[case::short_name("Pod", "nginx:1".into(), Verdict::Deny, Reason::ShortName)]
+    #[case::unlisted("Pod", "quay.io/other/x:1".into(), Verdict::Deny, Reason::Unlisted)]
+    #[case::audit_mode_keeps_the_reason("ConfigMap", format!("{REPO}@{BAD}"), Verdict::Allow, Reason::DigestNotPromoted)]
+    fn verdicts_and_reason_codes(
+        #[case] kind: &str,
+        #[case] image: String,
+        #[case] verdict: Verdict,
+        #[case] reason: Reason,
+    ) {
+        let mut policy = Policy::default();
+        policy.set_kind_mode("ConfigMap", Mode::Audit);
+        let d = policy.decide(kind, &image, &allowlist());
+        assert_eq!((d.verdict, d.reason()), (verdict, reason), "{image}");
+    }
+
     #[test]
-    fn verdicts_and_reason_codes() {
-        let list = allowlist();
-        let mut audit = Policy::default();
-        audit.set_kind_mode("ConfigMap", Mode::Audit);
-        let cases: &[(&Policy, &str, String, Verdict, Reason)] = &[
-            (
-                &Policy::default(),
-                "Pod",
-                format!("{REPO}@{GOOD}"),
-                Verdict::Allow,
-                Reason::Promoted,
-            ),
-            (
-                &Policy::default(),
-                "Pod",
-                format!("{REPO}@{BAD}"),
-                Verdict::Rewrite,
-                Reason::DigestNotPromoted,
-            ),
-            (
-                &Policy::default(),
-                "Pod",
-                format!("{REPO}:v1.21.0-15"),
-                Verdict::Rewrite,
-                Reason::TagOnly,
-            ),
-            (
-                &Policy::default(),
-                "Pod",
-                "quay.io/platform/debug-shell:1".into(),
-                Verdict::Allow,
-                Reason::Exempt,
-            ),
-            (
-                &Policy::default(),
-                "Pod",
-                "quay.io/UPPER/x:1".into(),
-                Verdict::Deny,
-                Reason::Invalid,
-            ),
-            (
-                &Policy::default(),
-                "Pod",
-                "nginx:1".into(),
-                Verdict::Deny,
-                Reason::ShortName,
-            ),
-            (
-                &Policy::default(),
-                "Pod",
-                "quay.io/other/x:1".into(),
-                Verdict::Deny,
-                Reason::Unlisted,
-            ),
-            // Audit mode allows, and the reason still says what was found.
-            (
-                &audit,
-                "ConfigMap",
-                format!("{REPO}@{BAD}"),
-                Verdict::Allow,
-                Reason::DigestNotPromoted,
-            ),
-        ];
-        for (policy, kind, image, verdict, reason) in cases {
-            let d = policy.decide(kind, image, &list);
-            assert_eq!((d.verdict, d.reason()), (*verdict, *reason), "{image}");
-        }
+    fn reason_labels_are_distinct() {
         let labels: std::collections::HashSet<_> = Reason::ALL.iter().map(|r| r.label()).collect();
         assert_eq!(labels.len(), Reason::ALL.len());
     }

@@ -553,25 +553,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn docker_hub_names_normalise() {
-        let cases = [
-            ("nginx", "docker.io/library/nginx"),
-            ("kserve/sklearnserver:v1", "docker.io/kserve/sklearnserver"),
-            ("docker.io/nginx", "docker.io/library/nginx"),
-            ("index.docker.io/library/nginx", "docker.io/library/nginx"),
-            ("Index.Docker.IO/foo/bar", "docker.io/foo/bar"),
-            ("quay.io/modh/x", "quay.io/modh/x"),
-            ("Quay.io/modh/x", "quay.io/modh/x"),
-        ];
-        for (input, want) in cases {
-            let r = parse(input).unwrap();
-            assert_eq!(
-                r.canonical_repository(Some("docker.io")).as_deref(),
-                Some(want),
-                "{input}"
-            );
-        }
+    #[rstest::rstest]
+    #[case::official_image("nginx", "docker.io/library/nginx")]
+    #[case::organisation_image("kserve/sklearnserver:v1", "docker.io/kserve/sklearnserver")]
+    #[case::explicit_docker_io("docker.io/nginx", "docker.io/library/nginx")]
+    #[case::index_host("index.docker.io/library/nginx", "docker.io/library/nginx")]
+    #[case::index_host_upper_case("Index.Docker.IO/foo/bar", "docker.io/foo/bar")]
+    #[case::other_registry("quay.io/modh/x", "quay.io/modh/x")]
+    #[case::other_registry_upper_case("Quay.io/modh/x", "quay.io/modh/x")]
+    fn docker_hub_names_normalise(#[case] input: &str, #[case] want: &str) {
+        let r = parse(input).unwrap();
+        assert_eq!(
+            r.canonical_repository(Some("docker.io")).as_deref(),
+            Some(want),
+            "{input}"
+        );
     }
 
     #[test]

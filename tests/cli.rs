@@ -119,46 +119,40 @@ fn fix_changes_only_the_image_line_and_the_result_passes() {
     assert_eq!(again.code, 0, "{}", again.stdout);
 }
 
-#[test]
-fn placeholders_are_denied_as_invalid_or_short_names() {
-    let cases = [
-        (
-            "02_",
-            "'<openvino_image>' is not a valid image reference: it looks like a template placeholder",
-        ),
-        (
-            "03_",
-            "image 'ovms-1' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag",
-        ),
-        ("04_", "image 'ovms-kserve' has no registry domain"),
-        (
-            "07_",
-            "image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag (':replace' is a build-time placeholder",
-        ),
-        ("08_", "image 'tritonserver-2:replace' has no registry domain"),
-        (
-            "09_",
-            "worker container \"worker-container\": image 'huggingfaceserver-gpu:replace' has no registry domain",
-        ),
-        (
-            "10_",
-            "image 'kserve-sklearnserver:replace' has no registry domain",
-        ),
-        (
-            "11_",
-            "image '$(vllm-cuda-image)' is not a valid image reference: it looks like a template placeholder",
-        ),
-    ];
-    for (name, want) in cases {
-        let run = check(&example_allowlist(), &fixture(name), &[]);
-        assert_eq!(run.code, 1, "{name}: {}", run.stdout);
-        assert!(run.stdout.contains(": deny: "), "{name}: {}", run.stdout);
-        assert!(
-            run.stdout.contains(want),
-            "{name}: want {want:?} in\n{}",
-            run.stdout
-        );
-    }
+/// Each upstream fixture's placeholder image, denied with what it is.
+#[rstest::rstest]
+#[case::angle_bracket_placeholder(
+    "02_",
+    "'<openvino_image>' is not a valid image reference: it looks like a template placeholder"
+)]
+#[case::short_name(
+    "03_",
+    "image 'ovms-1' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag"
+)]
+#[case::short_name_in_a_template("04_", "image 'ovms-kserve' has no registry domain")]
+#[case::replace_suffix(
+    "07_",
+    "image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag (':replace' is a build-time placeholder"
+)]
+#[case::replace_suffix_triton("08_", "image 'tritonserver-2:replace' has no registry domain")]
+#[case::worker_container(
+    "09_",
+    "worker container \"worker-container\": image 'huggingfaceserver-gpu:replace' has no registry domain"
+)]
+#[case::replace_suffix_sklearn("10_", "image 'kserve-sklearnserver:replace' has no registry domain")]
+#[case::kubernetes_variable(
+    "11_",
+    "image '$(vllm-cuda-image)' is not a valid image reference: it looks like a template placeholder"
+)]
+fn placeholders_are_denied_as_invalid_or_short_names(#[case] name: &str, #[case] want: &str) {
+    let run = check(&example_allowlist(), &fixture(name), &[]);
+    assert_eq!(run.code, 1, "{name}: {}", run.stdout);
+    assert!(run.stdout.contains(": deny: "), "{name}: {}", run.stdout);
+    assert!(
+        run.stdout.contains(want),
+        "{name}: want {want:?} in\n{}",
+        run.stdout
+    );
 }
 
 #[test]

@@ -515,45 +515,23 @@ mod tests {
         assert!(walk(&cm).sites.is_empty());
     }
 
+    #[rstest::rstest]
+    #[case::containers_not_a_list(json!({"containers": "nginx"}), "spec.containers must be a list of containers, found a string")]
+    #[case::container_not_a_mapping(json!({"containers": [42]}), "spec.containers.0 must be a container mapping, found a number")]
+    #[case::image_a_number(json!({"containers": [{"name": "a", "image": 3}]}), "spec.containers.0.image must be a string, found a number")]
+    #[case::image_a_list(json!({"containers": [{"name": "a", "image": ["x"]}]}), "spec.containers.0.image must be a string, found a list")]
+    #[case::volumes_not_a_list(json!({"volumes": {"a": 1}}), "spec.volumes must be a list of volumes, found a mapping")]
+    #[case::volume_image_a_string(json!({"volumes": [{"name": "v", "image": "q.io/x"}]}), "spec.volumes.0.image must be a mapping, found a string")]
+    #[case::worker_spec_a_list(json!({"workerSpec": []}), "spec.workerSpec must be a mapping, found a list")]
+    fn malformed_structure_becomes_a_site_with_its_reason(#[case] spec: Value, #[case] want: &str) {
+        let sr = json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "spec": spec});
+        let w = walk(&sr);
+        assert_eq!(w.sites.len(), 1, "{want}");
+        assert_eq!(w.sites[0].image.as_ref().unwrap_err(), want);
+    }
+
     #[test]
-    fn malformed_structure_becomes_sites_with_reasons() {
-        let cases = [
-            (
-                json!({"containers": "nginx"}),
-                "spec.containers must be a list of containers, found a string",
-            ),
-            (
-                json!({"containers": [42]}),
-                "spec.containers.0 must be a container mapping, found a number",
-            ),
-            (
-                json!({"containers": [{"name": "a", "image": 3}]}),
-                "spec.containers.0.image must be a string, found a number",
-            ),
-            (
-                json!({"containers": [{"name": "a", "image": ["x"]}]}),
-                "spec.containers.0.image must be a string, found a list",
-            ),
-            (
-                json!({"volumes": {"a": 1}}),
-                "spec.volumes must be a list of volumes, found a mapping",
-            ),
-            (
-                json!({"volumes": [{"name": "v", "image": "q.io/x"}]}),
-                "spec.volumes.0.image must be a mapping, found a string",
-            ),
-            (
-                json!({"workerSpec": []}),
-                "spec.workerSpec must be a mapping, found a list",
-            ),
-        ];
-        for (spec, want) in cases {
-            let sr =
-                json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "spec": spec});
-            let w = walk(&sr);
-            assert_eq!(w.sites.len(), 1, "{want}");
-            assert_eq!(w.sites[0].image.as_ref().unwrap_err(), want);
-        }
+    fn a_spec_that_is_not_a_mapping_is_a_site_with_its_reason() {
         let sr = json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "spec": "x"});
         assert_eq!(
             walk(&sr).sites[0].image.as_ref().unwrap_err(),
