@@ -76,7 +76,7 @@ def wait_for(port: int, proc: subprocess.Popen):
 
 def counted(argv: list[str], port: int, ca: pathlib.Path, body: bytes, n: int, out: pathlib.Path) -> tuple[int, dict]:
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + argv,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=open(str(out) + ".log", "w"))
     try:
         wait_for(port, proc)
         answer = drive(port, ca, body, n)

@@ -308,21 +308,25 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
     encode(request, response)
 }
 
-fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement) -> Response {
+fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Response {
     let mut out = match (endpoint, j.verdict) {
         (_, ObjectVerdict::Skipped) => return Response::allow(ObjectVerdict::Skipped),
         (_, ObjectVerdict::Allow) if j.mode == Mode::Audit => audit(&j),
         (_, ObjectVerdict::Allow) => Response::allow(ObjectVerdict::Allow),
         (Endpoint::Mutate, ObjectVerdict::Rewrite) => {
-            // A subresource update cannot change metadata.
-            let ops = j.patch(request.sub_resource.is_none());
-            let patch = serde_json::to_vec(&ops).expect("patches serialise");
             let mut out = Response::allow(ObjectVerdict::Rewrite);
-            out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
             out.warnings = warnings(&j);
-            if let Some(r) = &j.rewriting {
-                out.audit
-                    .insert(j.audit_key("rewritten-images"), r.record.clone());
+            // Moved out, not copied: the annotation's text is the largest
+            // part of a rewrite answer.
+            if let Some(r) = j.rewriting.take() {
+                let mut ops = r.ops;
+                // A subresource update cannot change metadata.
+                if request.sub_resource.is_none() {
+                    ops.push(r.annotation);
+                }
+                let patch = serde_json::to_vec(&ops).expect("patches serialise");
+                out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
+                out.audit.insert(j.audit_key("rewritten-images"), r.record);
             }
             out
         }
