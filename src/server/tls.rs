@@ -170,38 +170,80 @@ pub struct DevCertificates {
     pub key: PathBuf,
 }
 
+/// What a certificate issued by a [`DevCa`] is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// A serving certificate (TLS server authentication).
+    Server,
+    /// A client certificate (as an apiserver may present).
+    Client,
+}
+
+/// A certificate and its key, as PEM.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A throwaway certificate authority: `serve --dev`'s, and the tests' PKI.
+pub struct DevCa {
+    /// The CA certificate, as PEM (what a `caBundle` holds).
+    pub ca_pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+fn generate_error(e: rcgen::Error) -> TlsError {
+    TlsError::Generate(e.to_string())
+}
+
+impl DevCa {
+    /// A new CA named `name`, with a fresh key.
+    pub fn new(name: &str) -> Result<Self, TlsError> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate_error)?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().map_err(generate_error)?;
+        let cert = params.self_signed(&key).map_err(generate_error)?;
+        Ok(Self {
+            ca_pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        })
+    }
+
+    /// A certificate for `names` (DNS names or IP addresses; the first is
+    /// also the common name), signed by this CA.
+    pub fn issue(&self, names: &[&str], usage: Usage) -> Result<Issued, TlsError> {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose};
+        let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(owned).map_err(generate_error)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, names.first().copied().unwrap_or("localhost"));
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![match usage {
+            Usage::Server => ExtendedKeyUsagePurpose::ServerAuth,
+            Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
+        }];
+        let key = KeyPair::generate().map_err(generate_error)?;
+        let cert = params.signed_by(&key, &self.issuer).map_err(generate_error)?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
 /// Generates a throwaway CA and a serving certificate for `names` (DNS names
 /// or IP addresses) into `dir`. For development only: the CA key is discarded.
 pub fn generate_dev_certificates(dir: &Path, names: &[&str]) -> Result<DevCertificates, TlsError> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-        KeyUsagePurpose,
-    };
-    let err = |e: rcgen::Error| TlsError::Generate(e.to_string());
-
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "digest-gate development CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().map_err(err)?;
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let mut params = CertificateParams::new(owned).map_err(err)?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, names.first().copied().unwrap_or("localhost"));
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key = KeyPair::generate().map_err(err)?;
-    let cert = params.signed_by(&key, &issuer).map_err(err)?;
-
+    let ca = DevCa::new("digest-gate development CA")?;
+    let issued = ca.issue(names, Usage::Server)?;
     std::fs::create_dir_all(dir).map_err(|e| TlsError::Generate(format!("{}: {e}", dir.display())))?;
     let files = DevCertificates {
         ca: dir.join("ca.crt"),
@@ -211,9 +253,9 @@ pub fn generate_dev_certificates(dir: &Path, names: &[&str]) -> Result<DevCertif
     let write = |path: &Path, text: &str| {
         std::fs::write(path, text).map_err(|e| TlsError::Generate(format!("{}: {e}", path.display())))
     };
-    write(&files.ca, &ca_cert.pem())?;
-    write(&files.cert, &cert.pem())?;
-    write(&files.key, &key.serialize_pem())?;
+    write(&files.ca, &ca.ca_pem)?;
+    write(&files.cert, &issued.cert_pem)?;
+    write(&files.key, &issued.key_pem)?;
     restrict(&files.key);
     Ok(files)
 }

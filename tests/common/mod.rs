@@ -4,19 +4,16 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes_compat::Bytes;
+use digest_gate::server::tls::{DevCa, Usage};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Value, json};
@@ -48,65 +45,34 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// A CA that can issue server and client certificates.
+pub use digest_gate::server::tls::Issued;
+
+/// A CA that can issue server and client certificates: the same code as
+/// `serve --dev`'s certificates.
 pub struct Pki {
     pub ca_pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-/// A certificate and key, as PEM.
-pub struct Issued {
-    pub cert_pem: String,
-    pub key_pem: String,
+    ca: DevCa,
 }
 
 impl Pki {
     pub fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
+        let ca = DevCa::new(name).unwrap();
         Self {
-            ca_pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Issued {
-        let mut params =
-            CertificateParams::new(names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, names[0]);
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Issued {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            ca_pem: ca.ca_pem.clone(),
+            ca,
         }
     }
 
     /// A serving certificate for the webhook's service name, on 127.0.0.1.
     pub fn server(&self) -> Issued {
-        self.issue(
-            &[&service_name(), "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
+        self.ca
+            .issue(&[&service_name(), "127.0.0.1"], Usage::Server)
+            .unwrap()
     }
 
     /// A client certificate (as the apiserver may present).
     pub fn client(&self, name: &str) -> Issued {
-        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
-    }
-}
-
-impl Issued {
-    pub fn write(&self, dir: &Path, cert: &str, key: &str) -> (PathBuf, PathBuf) {
-        let (c, k) = (dir.join(cert), dir.join(key));
-        std::fs::write(&c, &self.cert_pem).unwrap();
-        std::fs::write(&k, &self.key_pem).unwrap();
-        (c, k)
+        self.ca.issue(&[name], Usage::Client).unwrap()
     }
 }
 
@@ -303,7 +269,10 @@ pub async fn start_server(
 ) -> (digest_gate::server::Running, Pki) {
     let dir = scratch(name);
     let pki = Pki::new(&format!("{name} CA"));
-    let (cert, key) = pki.server().write(&dir, "tls.crt", "tls.key");
+    let issued = pki.server();
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert, &issued.cert_pem).unwrap();
+    std::fs::write(&key, &issued.key_pem).unwrap();
     let mut config = digest_gate::server::Config::new(
         cert,
         key,
