@@ -229,7 +229,8 @@ pub struct Judgement {
     /// Rewrites of embedded documents, for every image with a fix.
     pub embedded: Vec<EmbeddedRewrite>,
     /// Which invocation of the mutating webhook this is for the object: 1 +
-    /// the invocations its rewritten-images annotation records. A
+    /// the invocations its rewritten-images annotation records (read when
+    /// something is rewritten, or in audit mode; 1 otherwise). A
     /// reinvocation must not reuse an audit annotation key: the apiserver
     /// keeps the first value and drops the later one.
     pub invocation: usize,
@@ -290,19 +291,24 @@ pub fn judge_as(
     } else {
         ObjectVerdict::Skipped
     };
-    let history = history(object);
-    let invocation = 1 + history.as_ref().map_or(0, invocations);
     let mut judgement = Judgement {
         kind: kind.to_owned(),
         mode,
         images,
         verdict,
         embedded,
-        invocation,
+        invocation: 1,
         rewriting: None,
     };
-    if judgement.rewrites().next().is_some() {
-        judgement.rewriting = Some(judgement.rewrite(object, history));
+    // The record is read only when an answer can carry audit annotations:
+    // an allowed UPDATE of an object rewritten long ago need not parse it.
+    let rewrites = judgement.rewrites().next().is_some();
+    if rewrites || mode == Mode::Audit {
+        let history = history(object);
+        judgement.invocation = 1 + history.as_ref().map_or(0, invocations);
+        if rewrites {
+            judgement.rewriting = Some(judgement.rewrite(object, history));
+        }
     }
     judgement
 }
