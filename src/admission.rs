@@ -347,14 +347,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Respons
             denial_message(j.denials().map(ImageJudgement::message).collect()),
         ),
     };
-    out.images = j
-        .images
-        .into_iter()
-        .map(|i| {
-            let reason = i.reason();
-            (i.outcome, reason)
-        })
-        .collect();
+    out.images = j.images.iter().map(|i| (i.outcome(), i.reason())).collect();
     out
 }
 

@@ -441,7 +441,7 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> Ob
                         .cloned()
                         .unwrap_or(Value::Null),
                 },
-                verdict: i.outcome.label(),
+                verdict: i.outcome().label(),
                 rewrite: i.decision.rewrite_to().map(str::to_owned),
                 reason: i.message(),
                 would_be,

@@ -91,8 +91,6 @@ pub struct ImageJudgement {
     pub site: Site,
     /// The policy's decision: what the image is, and the mode applied to it.
     pub decision: Decision,
-    /// What happens to the image.
-    pub outcome: Outcome,
     /// The promoted reference `--fix` writes here whatever the mode: set
     /// when rewrite mode would rewrite the image and the edit can be made.
     pub fix: Option<String>,
@@ -100,24 +98,26 @@ pub struct ImageJudgement {
 
 impl ImageJudgement {
     fn new(site: Site, decision: Decision) -> Self {
-        let outcome = match (&decision.verdict, &decision.finding) {
+        let fix = decision.finding.rewrite_to().map(str::to_owned);
+        Self { site, decision, fix }
+    }
+
+    /// What happens to the image, from the decision (so the two never
+    /// disagree).
+    pub fn outcome(&self) -> Outcome {
+        let to = || self.decision.finding.rewrite_to().map(str::to_owned);
+        match (&self.decision.verdict, &self.decision.finding) {
             (_, Finding::Exempt { pattern }) => Outcome::Exempt {
                 pattern: pattern.clone(),
             },
             (Verdict::Allow, _) => Outcome::Allow,
-            (Verdict::Rewrite, f) => Outcome::Rewrite {
-                to: f.rewrite_to().unwrap_or_default().to_owned(),
+            (Verdict::Rewrite, _) => Outcome::Rewrite {
+                to: to().unwrap_or_default(),
             },
-            (Verdict::Deny, f) => Outcome::Deny {
-                instead: f.rewrite_to().map(str::to_owned),
+            (Verdict::Deny, Finding::Deny(Denial::CannotRewrite { to, .. })) => Outcome::Deny {
+                instead: Some(to.clone()),
             },
-        };
-        let fix = decision.finding.rewrite_to().map(str::to_owned);
-        Self {
-            site,
-            decision,
-            outcome,
-            fix,
+            (Verdict::Deny, _) => Outcome::Deny { instead: to() },
         }
     }
 
@@ -146,8 +146,8 @@ impl ImageJudgement {
     /// characters): for a rewrite, and in audit mode for what would happen.
     pub fn warning(&self) -> Option<String> {
         let what = self.site.describe();
-        let text = match (&self.outcome, self.decision.mode, &self.decision.finding) {
-            (Outcome::Rewrite { to }, _, finding) => {
+        let text = match (self.decision.verdict, self.decision.mode, &self.decision.finding) {
+            (Verdict::Rewrite, _, finding @ Finding::Rewrite { to, .. }) => {
                 let target = short_target(to);
                 match finding {
                     Finding::Rewrite {
@@ -381,9 +381,8 @@ fn cannot_rewrite(image: &mut ImageJudgement, to: String, why: String) {
     }
     image.decision = Decision::new(
         image.decision.mode,
-        Finding::Deny(Denial::CannotRewrite { to: to.clone(), why }),
+        Finding::Deny(Denial::CannotRewrite { to, why }),
     );
-    image.outcome = Outcome::Deny { instead: Some(to) };
 }
 
 // === impl Judgement ===
@@ -393,14 +392,12 @@ impl Judgement {
     pub fn rewrites(&self) -> impl Iterator<Item = &ImageJudgement> {
         self.images
             .iter()
-            .filter(|i| matches!(i.outcome, Outcome::Rewrite { .. }))
+            .filter(|i| i.decision.verdict == Verdict::Rewrite)
     }
 
     /// Images the admission denies.
     pub fn denials(&self) -> impl Iterator<Item = &ImageJudgement> {
-        self.images
-            .iter()
-            .filter(|i| matches!(i.outcome, Outcome::Deny { .. }))
+        self.images.iter().filter(|i| i.decision.verdict == Verdict::Deny)
     }
 
     /// Images rewrite mode would still deny after every fix: what `--fix`
