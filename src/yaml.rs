@@ -7,6 +7,8 @@
 //! anchors, aliases and `<<` merge keys are expanded the way kubectl's YAML
 //! reader expands them, so an image hidden behind an alias is still seen.
 
+pub mod de;
+
 use json_patch::jsonptr::Token;
 use std::collections::HashMap;
 

@@ -7,15 +7,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use json_patch::jsonptr::Token;
+use saphyr_parser::Span;
 use serde_json::Value;
 
-use super::{Allowlist, Builder, Exemption, Origin, Pattern};
+use super::native::{self, Refused, Sink};
+use super::{Allowlist, Builder, Origin};
 use crate::reference;
-use crate::yaml::{self, Document};
+use crate::yaml::de::{Cause, Head, Reader};
+use crate::yaml::{self, Document, YamlError};
 
-/// The `apiVersion` of the native document.
-pub const API_VERSION: &str = "digest-gate.dev/v1alpha1";
+pub use super::native::API_VERSION;
 
 /// What kind of source a file was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -337,37 +338,135 @@ impl Loader {
     }
 
     fn structured(&mut self, file: &str, text: &str) -> (Format, usize) {
-        let docs = match yaml::parse_stream(text) {
-            Ok(docs) => docs,
-            Err(e) => {
-                self.errors.push(LoadError {
-                    file: file.to_owned(),
-                    line: Some(e.line),
-                    entry: None,
-                    message: format!("not valid YAML: {}", e.message),
-                });
-                return (Format::Mixed, 0);
-            }
-        };
         let shared: Arc<str> = file.into();
+        let mut reader = Reader::new(text);
+        // `<<` merges are resolved by the tree reader only (a merged
+        // mapping's keys are known only at its end); a file that may hold
+        // one is read as trees, which costs memory, never correctness.
+        let stream = !text.contains("<<");
         let mut format = None;
         let mut entries = 0;
-        for doc in &docs {
-            let ctx = Ctx {
-                file,
-                shared: shared.clone(),
-                doc,
-            };
-            if let Some((f, n)) = self.document(&ctx, &doc.value, "") {
-                entries += n;
-                format = match format {
-                    None => Some(f),
-                    Some(prev) if prev == f => Some(f),
-                    Some(_) => Some(Format::Mixed),
-                };
+        for index in 0.. {
+            match self.next_document(file, &shared, &mut reader, index, stream) {
+                Ok(None) => break,
+                Ok(Some(None)) => {}
+                Ok(Some(Some((f, n)))) => {
+                    entries += n;
+                    format = match format {
+                        None => Some(f),
+                        Some(prev) if prev == f => Some(f),
+                        Some(_) => Some(Format::Mixed),
+                    };
+                }
+                Err(e) => {
+                    self.errors.push(LoadError {
+                        file: file.to_owned(),
+                        line: Some(e.line),
+                        entry: None,
+                        message: format!("not valid YAML: {}", e.message),
+                    });
+                    return (Format::Mixed, 0);
+                }
             }
         }
         (format.unwrap_or(Format::Native), entries)
+    }
+
+    /// One document of a stream: a native Allowlist is read event by event
+    /// if `stream`, anything else as a tree. `None` at the end of the stream.
+    #[allow(clippy::option_option)]
+    fn next_document(
+        &mut self,
+        file: &str,
+        shared: &Arc<str>,
+        reader: &mut Reader<'_>,
+        index: usize,
+        stream: bool,
+    ) -> Result<Option<Option<(Format, usize)>>, YamlError> {
+        let Some(start) = reader.next_document()? else {
+            return Ok(None);
+        };
+        let head = if stream { reader.head()? } else { Head::default() };
+        if head.kind.as_ref().is_some_and(|(k, _)| k == "Allowlist") {
+            let read = self.streamed(file, shared, reader, &head);
+            reader.finish_document()?;
+            return read.map(Some);
+        }
+        self.tree(file, shared, reader, start, index).map(Some)
+    }
+
+    fn streamed(
+        &mut self,
+        file: &str,
+        shared: &Arc<str>,
+        reader: &mut Reader<'_>,
+        head: &Head,
+    ) -> Result<Option<(Format, usize)>, YamlError> {
+        let api = head.api_version.as_ref();
+        if api.is_none_or(|(v, _)| v != API_VERSION) {
+            let (api, line) = api.map_or(("", head.line), |(v, l)| (v.as_str(), *l));
+            self.errors.push(LoadError {
+                file: file.to_owned(),
+                line: Some(line),
+                entry: Some("apiVersion".into()),
+                message: unsupported_api(api),
+            });
+            return Ok(None);
+        }
+        self.native(file, shared, reader, String::new())
+    }
+
+    fn tree(
+        &mut self,
+        file: &str,
+        shared: &Arc<str>,
+        reader: &mut Reader<'_>,
+        start: Span,
+        index: usize,
+    ) -> Result<Option<(Format, usize)>, YamlError> {
+        let doc = reader.tree(start, index)?;
+        let ctx = Ctx {
+            file,
+            shared: shared.clone(),
+            doc: &doc,
+        };
+        Ok(self.document(&ctx, &doc.value, ""))
+    }
+
+    /// Reads a native document into the builder; a structural problem is
+    /// recorded and ends the document, a syntax error ends the file.
+    fn native(
+        &mut self,
+        file: &str,
+        shared: &Arc<str>,
+        reader: &mut Reader<'_>,
+        base: String,
+    ) -> Result<Option<(Format, usize)>, YamlError> {
+        let mut sink = Sink {
+            builder: &mut self.builder,
+            errors: &mut self.errors,
+            file,
+            shared: shared.clone(),
+            base,
+            entries: 0,
+        };
+        match native::read(reader, &mut sink) {
+            Ok(()) => Ok(Some((Format::Native, sink.entries))),
+            Err(Refused { error, .. }) if error.cause == Cause::Syntax => Err(YamlError {
+                line: error.line.unwrap_or(1),
+                column: 1,
+                message: error.message,
+            }),
+            Err(Refused { error, entry }) => {
+                self.errors.push(LoadError {
+                    file: file.to_owned(),
+                    line: error.line,
+                    entry,
+                    message: error.message,
+                });
+                Ok(None)
+            }
+        }
     }
 
     fn document(&mut self, ctx: &Ctx<'_>, value: &Value, ptr: &str) -> Option<(Format, usize)> {
@@ -387,13 +486,17 @@ impl Loader {
             "Allowlist" => {
                 let api = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
                 if api != API_VERSION {
-                    self.errors.push(ctx.error(
-                        &format!("{ptr}/apiVersion"),
-                        format!("apiVersion '{api}' is not supported for Allowlist; use {API_VERSION}"),
-                    ));
+                    self.errors
+                        .push(ctx.error(&format!("{ptr}/apiVersion"), unsupported_api(api)));
                     return None;
                 }
-                Some((Format::Native, self.native(ctx, obj, ptr)))
+                // A List item, an aliased kind, or a file with merge keys:
+                // the same model reads the tree replayed as events.
+                let mut reader = Reader::from_value(value, ctx.doc, ptr);
+                let base = dotted(ptr);
+                self.native(ctx.file, &ctx.shared, &mut reader, base)
+                    .ok()
+                    .flatten()
             }
             "ClusterServiceVersion" => Some((Format::ClusterServiceVersion, self.csv(ctx, value, ptr))),
             "ImageSetConfiguration" => Some((Format::ImageSetConfiguration, self.image_set(ctx, value, ptr))),
@@ -424,35 +527,6 @@ impl Loader {
         }
     }
 
-    fn unknown_fields(
-        &mut self,
-        ctx: &Ctx<'_>,
-        obj: &serde_json::Map<String, Value>,
-        ptr: &str,
-        known: &[&str],
-    ) {
-        for key in obj.keys() {
-            if !known.contains(&key.as_str()) {
-                self.errors.push(ctx.error(
-                    &format!("{ptr}/{}", Token::new(key.as_str()).encoded()),
-                    format!("unknown field '{key}' (expected one of: {})", known.join(", ")),
-                ));
-            }
-        }
-    }
-
-    fn list<'v>(&mut self, ctx: &Ctx<'_>, value: Option<&'v Value>, ptr: &str) -> &'v [Value] {
-        match value {
-            None | Some(Value::Null) => &[],
-            Some(Value::Array(items)) => items,
-            Some(other) => {
-                self.errors
-                    .push(ctx.error(ptr, format!("expected a list, found {}", yaml::type_name(other))));
-                &[]
-            }
-        }
-    }
-
     fn string<'v>(&mut self, ctx: &Ctx<'_>, value: Option<&'v Value>, ptr: &str) -> Option<&'v str> {
         match value {
             Some(Value::String(s)) => Some(s),
@@ -468,244 +542,6 @@ impl Loader {
                 None
             }
         }
-    }
-
-    fn native(&mut self, ctx: &Ctx<'_>, obj: &serde_json::Map<String, Value>, ptr: &str) -> usize {
-        self.unknown_fields(ctx, obj, ptr, &["apiVersion", "kind", "metadata", "spec"]);
-        let spec_ptr = format!("{ptr}/spec");
-        let spec = match obj.get("spec") {
-            Some(Value::Object(spec)) => spec,
-            None | Some(Value::Null) => return 0,
-            Some(other) => {
-                self.errors.push(ctx.error(
-                    &spec_ptr,
-                    format!("expected a mapping, found {}", yaml::type_name(other)),
-                ));
-                return 0;
-            }
-        };
-        self.unknown_fields(
-            ctx,
-            spec,
-            &spec_ptr,
-            &["repositories", "mirrors", "exemptImages", "shortNameRegistry"],
-        );
-
-        if let Some(v) = spec.get("shortNameRegistry") {
-            let p = format!("{spec_ptr}/shortNameRegistry");
-            if let Some(registry) = self.string(ctx, Some(v), &p) {
-                match reference::canonical_prefix(registry) {
-                    Ok(r) if !r.contains('/') => {
-                        if let Err(c) = self.builder.short_name_registry(&r, &ctx.origin(&p)) {
-                            self.errors.push(ctx.error(&p, c.to_string()));
-                        }
-                    }
-                    _ => self
-                        .errors
-                        .push(ctx.error(&p, format!("'{registry}' is not a registry host name"))),
-                }
-            }
-        }
-
-        let mut entries = 0;
-        let repos_ptr = format!("{spec_ptr}/repositories");
-        for (i, repo) in self
-            .list(ctx, spec.get("repositories"), &repos_ptr)
-            .iter()
-            .enumerate()
-        {
-            entries += self.native_repository(ctx, repo, &format!("{repos_ptr}/{i}"));
-        }
-
-        let mirrors_ptr = format!("{spec_ptr}/mirrors");
-        for (i, rule) in self
-            .list(ctx, spec.get("mirrors"), &mirrors_ptr)
-            .iter()
-            .enumerate()
-        {
-            self.native_mirror(ctx, rule, &format!("{mirrors_ptr}/{i}"));
-        }
-
-        let exempt_ptr = format!("{spec_ptr}/exemptImages");
-        for (i, pattern) in self
-            .list(ctx, spec.get("exemptImages"), &exempt_ptr)
-            .iter()
-            .enumerate()
-        {
-            let p = format!("{exempt_ptr}/{i}");
-            let Some(text) = self.string(ctx, Some(pattern), &p) else {
-                continue;
-            };
-            match Pattern::parse(text) {
-                Ok(pattern) => self.builder.exempt(Exemption {
-                    pattern,
-                    origin: ctx.origin(&p).to_string(),
-                }),
-                Err(e) => self.errors.push(ctx.error(&p, e.to_string())),
-            }
-        }
-        entries
-    }
-
-    fn native_repository(&mut self, ctx: &Ctx<'_>, repo: &Value, ptr: &str) -> usize {
-        let Value::Object(obj) = repo else {
-            self.errors.push(ctx.error(
-                ptr,
-                format!("expected a mapping, found {}", yaml::type_name(repo)),
-            ));
-            return 0;
-        };
-        self.unknown_fields(ctx, obj, ptr, &["name", "digests", "rewriteTo"]);
-        let name_ptr = format!("{ptr}/name");
-        let Some(name) = self.string(ctx, obj.get("name"), &name_ptr) else {
-            return 0;
-        };
-        let Some(canonical) = self.repository_name(ctx, name, &name_ptr) else {
-            return 0;
-        };
-
-        let digests_ptr = format!("{ptr}/digests");
-        let digests = self.list(ctx, obj.get("digests"), &digests_ptr);
-        if digests.is_empty() {
-            self.errors
-                .push(ctx.error(&digests_ptr, format!("{name} lists no promoted digests")));
-        }
-        let mut entries = 0;
-        for (i, d) in digests.iter().enumerate() {
-            let p = format!("{digests_ptr}/{i}");
-            let Some((digest, tags)) = self.native_digest(ctx, d, &p) else {
-                continue;
-            };
-            if let Err(e) = reference::validate_digest_str(digest) {
-                self.errors
-                    .push(ctx.error(&p, format!("'{digest}' is not a valid digest: {e}")));
-                continue;
-            }
-            match self.builder.promote(&canonical, digest, &tags, &ctx.origin(&p)) {
-                Ok(()) => entries += 1,
-                Err(c) => self.errors.push(ctx.error(&p, c.to_string())),
-            }
-        }
-
-        if let Some(v) = obj.get("rewriteTo") {
-            let p = format!("{ptr}/rewriteTo");
-            if let Some(digest) = self.string(ctx, Some(v), &p) {
-                if let Err(c) = self.builder.rewrite_to(&canonical, digest, &ctx.origin(&p)) {
-                    self.errors.push(ctx.error(&p, c.to_string()));
-                }
-            }
-        }
-        entries
-    }
-
-    /// A native repository's name, canonical; `None` once the error is recorded.
-    fn repository_name(&mut self, ctx: &Ctx<'_>, name: &str, name_ptr: &str) -> Option<String> {
-        match reference::parse(name) {
-            Err(e) => {
-                self.errors
-                    .push(ctx.error(name_ptr, format!("'{name}' is not a repository name: {e}")));
-                None
-            }
-            Ok(r) if r.tag().is_some() || r.digest().is_some() => {
-                self.errors.push(ctx.error(
-                    name_ptr,
-                    format!("'{name}' must be a repository name without tag or digest; list digests under 'digests'"),
-                ));
-                None
-            }
-            Ok(r) => match r.canonical_repository(None) {
-                Some(c) => Some(c.into_owned()),
-                None => {
-                    self.errors.push(ctx.error(
-                        name_ptr,
-                        format!("'{name}' has no registry host; write it fully, e.g. quay.io/org/{name}"),
-                    ));
-                    None
-                }
-            },
-        }
-    }
-
-    /// One `digests[]` entry: a digest, or a mapping with `digest` and `tags`.
-    fn native_digest<'v>(&mut self, ctx: &Ctx<'_>, d: &'v Value, p: &str) -> Option<(&'v str, Vec<&'v str>)> {
-        match d {
-            Value::String(s) => Some((s.as_str(), Vec::new())),
-            Value::Object(o) => {
-                self.unknown_fields(ctx, o, p, &["digest", "tags"]);
-                let digest = self.string(ctx, o.get("digest"), &format!("{p}/digest"))?;
-                let tags_ptr = format!("{p}/tags");
-                let mut tags = Vec::new();
-                for (j, t) in self.list(ctx, o.get("tags"), &tags_ptr).iter().enumerate() {
-                    let tp = format!("{tags_ptr}/{j}");
-                    let Some(tag) = self.string(ctx, Some(t), &tp) else {
-                        continue;
-                    };
-                    match reference::validate_tag_str(tag) {
-                        Ok(()) => tags.push(tag),
-                        Err(e) => self.errors.push(ctx.error(&tp, e.to_string())),
-                    }
-                }
-                Some((digest, tags))
-            }
-            other => {
-                self.errors.push(ctx.error(
-                    p,
-                    format!(
-                        "expected a digest or a mapping with 'digest' and 'tags', found {}",
-                        yaml::type_name(other)
-                    ),
-                ));
-                None
-            }
-        }
-    }
-
-    fn native_mirror(&mut self, ctx: &Ctx<'_>, rule: &Value, ptr: &str) {
-        let Value::Object(obj) = rule else {
-            self.errors.push(ctx.error(
-                ptr,
-                format!("expected a mapping, found {}", yaml::type_name(rule)),
-            ));
-            return;
-        };
-        self.unknown_fields(ctx, obj, ptr, &["source", "mirrors"]);
-        let source_ptr = format!("{ptr}/source");
-        let Some(source) = self.string(ctx, obj.get("source"), &source_ptr) else {
-            return;
-        };
-        let source = match reference::canonical_prefix(source) {
-            Ok(s) => s,
-            Err(e) => {
-                self.errors.push(ctx.error(
-                    &source_ptr,
-                    format!("'{source}' is not a registry or repository prefix: {e}"),
-                ));
-                return;
-            }
-        };
-        let mirrors_ptr = format!("{ptr}/mirrors");
-        let mut mirrors = Vec::new();
-        for (i, m) in self
-            .list(ctx, obj.get("mirrors"), &mirrors_ptr)
-            .iter()
-            .enumerate()
-        {
-            let p = format!("{mirrors_ptr}/{i}");
-            let Some(text) = self.string(ctx, Some(m), &p) else {
-                continue;
-            };
-            match reference::canonical_prefix(text) {
-                Ok(m) => mirrors.push(m),
-                Err(e) => self.errors.push(ctx.error(
-                    &p,
-                    format!("'{text}' is not a registry or repository prefix: {e}"),
-                )),
-            }
-        }
-        if mirrors.is_empty() {
-            self.errors.push(ctx.error(&mirrors_ptr, "lists no mirrors"));
-        }
-        self.builder.mirror(&source, &mirrors);
     }
 
     /// `spec.relatedImages[].image` and the `RELATED_IMAGE_*` env values of
@@ -829,6 +665,10 @@ impl Loader {
             }
         }
     }
+}
+
+fn unsupported_api(api: &str) -> String {
+    format!("apiVersion '{api}' is not supported for Allowlist; use {API_VERSION}")
 }
 
 /// Splits a promoted image into (canonical repository, digest, tag), or says
@@ -1007,6 +847,98 @@ mod tests {
         let errs = errors("x.yaml", "apiVersion: v1\nkind: [\n");
         assert!(errs[0].message.starts_with("not valid YAML"));
         assert!(errs[0].line.is_some());
+    }
+
+    const HEAD: &str = "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\n";
+
+    #[test]
+    fn every_way_to_write_a_native_document_reads_the_same() {
+        let plain = format!(
+            "{HEAD}spec:\n  repositories:\n    - name: quay.io/a/b\n      digests: [{A}, {B}]\n      rewriteTo: {A}\n"
+        );
+        let kind_last = format!(
+            "spec:\n  repositories:\n    - name: quay.io/a/b\n      digests: [{A}, {B}]\n      rewriteTo: {A}\n{HEAD}"
+        );
+        let anchored = format!(
+            "{HEAD}spec:\n  repositories:\n    - name: quay.io/x/y\n      digests: &d [{A}, {B}]\n      rewriteTo: {A}\n    - name: quay.io/a/b\n      digests: *d\n      rewriteTo: {A}\n"
+        );
+        let merged = format!(
+            "{HEAD}spec:\n  repositories:\n    - &r {{name: quay.io/x/y, digests: [{A}, {B}], rewriteTo: {A}}}\n    - <<: *r\n      name: quay.io/a/b\n"
+        );
+        let listed = format!(
+            "apiVersion: v1\nkind: List\nitems:\n  - apiVersion: digest-gate.dev/v1alpha1\n    kind: Allowlist\n    spec: {{repositories: [{{name: quay.io/a/b, digests: [{A}, {B}], rewriteTo: {A}}}]}}\n"
+        );
+        let json = format!(
+            "{{\"apiVersion\": \"digest-gate.dev/v1alpha1\", \"kind\": \"Allowlist\", \"spec\": {{\"repositories\": [{{\"name\": \"quay.io/a/b\", \"digests\": [\"{A}\", \"{B}\"], \"rewriteTo\": \"{A}\"}}]}}}}"
+        );
+        for (name, text) in [
+            ("plain", plain),
+            ("kind last", kind_last),
+            ("anchored", anchored),
+            ("merged", merged),
+            ("listed", listed),
+            ("json", json),
+        ] {
+            let loaded = load_text(name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(loaded.sources[0].format, Format::Native, "{name}");
+            let c = loaded.allowlist.candidates("quay.io/a/b");
+            assert!(c.is_promoted(A) && c.is_promoted(B), "{name}");
+            assert_eq!(&*c.default_target().unwrap().digest, A, "{name}");
+        }
+    }
+
+    #[test]
+    fn entries_in_a_list_are_named_by_their_item() {
+        let item = "  - apiVersion: digest-gate.dev/v1alpha1\n    kind: Allowlist\n";
+        let text = format!(
+            "apiVersion: v1\nkind: List\nitems:\n{item}    spec:\n      repositories:\n        - name: quay.io/a/b\n          digests: [sha256:abc]\n{item}    spec: {{repositories: [{{name: quay.io/x/y, digests: [{A}], extra: 1}}]}}\n"
+        );
+        let shown: Vec<String> = errors("l.yaml", &text).iter().map(ToString::to_string).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|e| e.starts_with("l.yaml:9: items[0].spec.repositories[0].digests[0]: 'sha256:abc'")),
+            "{shown:#?}"
+        );
+        assert!(
+            shown
+                .iter()
+                .any(|e| e
+                    .starts_with("l.yaml:12: items[1].spec.repositories[0].extra: unknown field 'extra'")),
+            "{shown:#?}"
+        );
+    }
+
+    #[test]
+    fn a_shape_error_ends_its_document_but_not_the_stream() {
+        let text = format!(
+            "{HEAD}spec: {{repositories: [{{name: nginx, digests: [{A}]}}, {{name: quay.io/a/b, digests: [3]}}, {{name: quay.io/c/d, digests: [sha256:1]}}]}}\n---\n{HEAD}spec:\n  repositories: []\n  repositories: []\n---\n{HEAD}spec: {{repositories: [{{digests: [{A}]}}]}}\n"
+        );
+        let shown: Vec<String> = errors("s.yaml", &text).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "s.yaml:3: spec.repositories[0].name: 'nginx' has no registry host; write it fully, e.g. quay.io/org/nginx",
+                "s.yaml:3: spec.repositories[1].digests[0]: expected a digest or a mapping with 'digest' and 'tags', found a number",
+                "s.yaml:9: spec: duplicate key 'repositories'",
+                "s.yaml:13: spec.repositories[0].name: is required",
+            ],
+        );
+    }
+
+    #[test]
+    fn null_means_not_set() {
+        let text = format!(
+            "{HEAD}spec: {{repositories: [{{name: quay.io/a/b, digests: [{A}], rewriteTo: null}}], mirrors: null, exemptImages: ~, shortNameRegistry: null}}\n"
+        );
+        let loaded = load_text("n.yaml", &text).unwrap();
+        assert_eq!(loaded.allowlist.digest_count(), 1);
+        assert!(loaded.allowlist.short_name_registry().is_none());
+        let errs = errors(
+            "n.yaml",
+            &format!("{HEAD}spec: {{repositories: [{{name: quay.io/a/b, digests: null}}]}}\n"),
+        );
+        assert_eq!(errs[0].message, "quay.io/a/b lists no promoted digests");
     }
 
     use proptest::prelude::*;

@@ -11,6 +11,7 @@
 mod emit;
 mod exempt;
 mod load;
+mod native;
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
