@@ -76,119 +76,90 @@ async fn mutate_and_validate_in_process() {
     assert!(verdict["response"].get("patch").is_none());
 }
 
+fn too_large() -> Vec<u8> {
+    vec![b' '; state().max_body_bytes + 1]
+}
+
+/// Each class is its own test: the status, a JSON error, the counter by
+/// reason, and a good review answered after it.
+#[rstest::rstest]
+#[case::get(Request::get("/mutate").body(Body::empty()).unwrap(), StatusCode::METHOD_NOT_ALLOWED, "method")]
+#[case::put(Request::put("/validate").body(Body::empty()).unwrap(), StatusCode::METHOD_NOT_ALLOWED, "method")]
+#[case::unknown_path(post("/admit", "application/json", "{}"), StatusCode::NOT_FOUND, "path")]
+#[case::text_plain(
+    post("/mutate", "text/plain", "{}"),
+    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    "content_type"
+)]
+#[case::no_content_type(Request::post("/mutate").body(Body::from("{}")).unwrap(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "content_type")]
+#[case::yaml(
+    post("/mutate", "application/yaml", "a: 1"),
+    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    "content_type"
+)]
+#[case::too_large(
+    post("/mutate", "application/json", too_large()),
+    StatusCode::PAYLOAD_TOO_LARGE,
+    "too_large"
+)]
+#[case::too_large_streamed_without_a_length(
+    post("/mutate", "application/json", Body::new(Chunks(too_large()))),
+    StatusCode::PAYLOAD_TOO_LARGE,
+    "too_large"
+)]
+#[case::truncated_json(
+    post("/mutate", "application/json", "{\"apiVersion\": \"admission.k8s.io/v1\", "),
+    StatusCode::BAD_REQUEST,
+    "undecodable"
+)]
+#[case::not_utf_8(post("/mutate", "application/json", vec![0xff, 0xfe, 0x00]), StatusCode::BAD_REQUEST, "undecodable")]
+#[case::empty_body(
+    post("/mutate", "application/json", ""),
+    StatusCode::BAD_REQUEST,
+    "undecodable"
+)]
+#[case::no_request(
+    post(
+        "/mutate",
+        "application/json",
+        r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#
+    ),
+    StatusCode::BAD_REQUEST,
+    "no_request"
+)]
+#[case::v1beta1(
+    post(
+        "/mutate",
+        "application/json",
+        r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
+    ),
+    StatusCode::BAD_REQUEST,
+    "wrong_version"
+)]
 #[tokio::test]
-async fn each_bad_request_class_gets_its_status_and_a_json_error() {
+async fn each_bad_request_class_gets_its_status_and_a_json_error(
+    #[case] request: Request<Body>,
+    #[case] want: StatusCode,
+    #[case] reason: &str,
+) {
     let s = state();
-    let big = vec![b' '; s.max_body_bytes + 1];
-    let cases: Vec<(&str, Request<Body>, StatusCode)> = vec![
-        (
-            "GET",
-            Request::get("/mutate").body(Body::empty()).unwrap(),
-            StatusCode::METHOD_NOT_ALLOWED,
-        ),
-        (
-            "PUT",
-            Request::put("/validate").body(Body::empty()).unwrap(),
-            StatusCode::METHOD_NOT_ALLOWED,
-        ),
-        (
-            "unknown path",
-            post("/admit", "application/json", "{}"),
-            StatusCode::NOT_FOUND,
-        ),
-        (
-            "text/plain",
-            post("/mutate", "text/plain", "{}"),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ),
-        (
-            "no content type",
-            Request::post("/mutate").body(Body::from("{}")).unwrap(),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ),
-        (
-            "yaml",
-            post("/mutate", "application/yaml", "a: 1"),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ),
-        (
-            "too large",
-            post("/mutate", "application/json", big.clone()),
-            StatusCode::PAYLOAD_TOO_LARGE,
-        ),
-        (
-            "too large, streamed without a length",
-            post("/mutate", "application/json", Body::new(Chunks(big))),
-            StatusCode::PAYLOAD_TOO_LARGE,
-        ),
-        (
-            "truncated JSON",
-            post(
-                "/mutate",
-                "application/json",
-                "{\"apiVersion\": \"admission.k8s.io/v1\", ",
-            ),
-            StatusCode::BAD_REQUEST,
-        ),
-        (
-            "not UTF-8",
-            post("/mutate", "application/json", vec![0xff, 0xfe, 0x00]),
-            StatusCode::BAD_REQUEST,
-        ),
-        (
-            "empty body",
-            post("/mutate", "application/json", ""),
-            StatusCode::BAD_REQUEST,
-        ),
-        (
-            "no request",
-            post(
-                "/mutate",
-                "application/json",
-                r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#,
-            ),
-            StatusCode::BAD_REQUEST,
-        ),
-        (
-            "v1beta1",
-            post(
-                "/mutate",
-                "application/json",
-                r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#,
-            ),
-            StatusCode::BAD_REQUEST,
-        ),
-    ];
-    for (name, request, want) in cases {
-        let (status, body) = oneshot(&s, request).await;
-        assert_eq!(status, want, "{name}: {body}");
-        assert_eq!(body["code"], want.as_u16(), "{name}: {body}");
-        assert!(
-            body["error"].as_str().is_some_and(|e| !e.is_empty()),
-            "{name}: {body}"
-        );
-    }
+    let (status, body) = oneshot(&s, request).await;
+    assert_eq!(status, want, "{body}");
+    assert_eq!(body["code"], want.as_u16(), "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}");
+    let metrics = s.metrics.encode();
+    assert!(
+        metrics.contains(&format!(
+            "digest_gate_bad_requests_total{{reason=\"{reason}\"}} 1"
+        )),
+        "{reason}: {metrics}"
+    );
     // Still serving.
     let body = serde_json::to_vec(&review("after", "CREATE", &incident_runtime(), None)).unwrap();
     assert_eq!(
         oneshot(&s, post("/mutate", "application/json", body)).await.0,
         StatusCode::OK
     );
-    let metrics = s.metrics.encode();
-    for reason in [
-        "method",
-        "path",
-        "content_type",
-        "too_large",
-        "undecodable",
-        "no_request",
-        "wrong_version",
-    ] {
-        assert!(
-            metrics.contains(&format!("digest_gate_bad_requests_total{{reason=\"{reason}\"}}")),
-            "{reason}: {metrics}"
-        );
-    }
 }
 
 /// A body that arrives in 64 KiB chunks, with no Content-Length.
