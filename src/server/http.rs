@@ -21,25 +21,15 @@ use crate::metrics::{self, Metrics, RequestLabels};
 use crate::policy::Policy;
 use crate::text::{self, Cut};
 
-/// Whether the server may receive traffic.
+/// Whether the server takes new reviews. A [`State`] always holds an
+/// allowlist and is served only once its certificate is loaded, so the one
+/// thing that makes a running server unready is draining.
 #[derive(Debug, Default)]
 pub struct Readiness {
-    certificate: AtomicBool,
-    allowlist: AtomicBool,
     draining: AtomicBool,
 }
 
 impl Readiness {
-    /// Marks the certificate as loaded.
-    pub fn certificate_loaded(&self) {
-        self.certificate.store(true, Ordering::Release);
-    }
-
-    /// Marks the allowlist as loaded.
-    pub fn allowlist_loaded(&self) {
-        self.allowlist.store(true, Ordering::Release);
-    }
-
     /// Starts draining: readiness fails from now on.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::Release);
@@ -49,10 +39,6 @@ impl Readiness {
     pub fn check(&self) -> Result<(), &'static str> {
         if self.draining.load(Ordering::Acquire) {
             Err("shutting down")
-        } else if !self.certificate.load(Ordering::Acquire) {
-            Err("no TLS certificate loaded")
-        } else if !self.allowlist.load(Ordering::Acquire) {
-            Err("no allowlist loaded")
         } else {
             Ok(())
         }
@@ -92,7 +78,6 @@ impl State {
         self.metrics
             .allowlist_size(allowlist.repository_count(), allowlist.digest_count());
         self.allowlist.store(Arc::new(allowlist));
-        self.ready.allowlist_loaded();
     }
 }
 

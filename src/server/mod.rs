@@ -238,8 +238,6 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let state = Arc::new(state);
     state.metrics.reload("allowlist", true);
     state.metrics.reload("certificate", true);
-    state.ready.allowlist_loaded();
-    state.ready.certificate_loaded();
 
     let (webhook, webhook_addr) = bind(config.listen).await?;
     let (admin, admin_addr) = bind(config.admin_listen).await?;

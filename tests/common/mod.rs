@@ -251,13 +251,11 @@ pub async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() 
     }
 }
 
-/// Router state with the example allowlist, marked ready, for in-process
+/// Router state with the example allowlist (ready: it is not draining), for in-process
 /// (`oneshot`) tests.
 pub fn ready_state() -> Arc<digest_gate::server::State> {
     let loaded = digest_gate::allowlist::load_paths(&[root().join("examples/allowlist.yaml")]).unwrap();
     let state = digest_gate::server::State::new(loaded.allowlist, digest_gate::policy::Policy::default());
-    state.ready.allowlist_loaded();
-    state.ready.certificate_loaded();
     Arc::new(state)
 }
 
