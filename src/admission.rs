@@ -358,9 +358,9 @@ fn audit(j: &Judgement) -> Response {
     let mut would_rewrite = serde_json::Map::new();
     for i in &j.images {
         if let Some(to) = i.decision.finding.rewrite_to() {
-            would_rewrite.insert(i.site.pointer.clone(), Value::String(to.to_owned()));
+            would_rewrite.insert(i.site.path().into_owned(), Value::String(to.to_owned()));
         } else if i.would_be() == Verdict::Deny {
-            would_deny.insert(i.site.pointer.clone(), Value::String(i.message()));
+            would_deny.insert(i.site.path().into_owned(), Value::String(i.message()));
         }
     }
     if !would_rewrite.is_empty() {

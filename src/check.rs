@@ -423,21 +423,21 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> Ob
         .map(|i| {
             let would_be =
                 (j.mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
-            let at = format!("{}{}", found.prefix, i.site.pointer);
+            let at = format!("{}{}", found.prefix, i.site.path());
             let (container, volume) = match i.site.role {
                 Role::Volume => (None, i.site.name.clone()),
                 Role::Structure => (None, None),
                 _ => (i.site.name.clone(), None),
             };
             ImageReport {
-                path: i.site.pointer.clone(),
+                path: i.site.path().into_owned(),
                 container,
                 volume,
                 image: match &i.site.image {
                     Ok(s) => Value::String(s.clone()),
                     Err(_) => found
                         .object
-                        .pointer(&i.site.pointer)
+                        .pointer(&i.site.path())
                         .cloned()
                         .unwrap_or(Value::Null),
                 },

@@ -8,10 +8,11 @@
 //! Applying the patch and judging the result again yields no further change:
 //! every rewrite target is a promoted digest.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use json_patch::jsonptr::PointerBuf;
+use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -195,7 +196,7 @@ fn fit(warning: String) -> String {
 #[derive(Debug, Clone)]
 pub struct EmbeddedRewrite {
     /// Pointer of the string in the object.
-    pub pointer: String,
+    pub pointer: PointerBuf,
     pub original: String,
     pub rewritten: String,
     /// The edits that turn `original` into `rewritten`.
@@ -266,7 +267,7 @@ pub fn judge_as(
     let mut images: Vec<ImageJudgement> = sites
         .into_iter()
         .filter(|site| match (&unchanged, &site.image) {
-            (Some(seen), Ok(image)) => !seen.contains(&(site.pointer.as_str(), image.as_str())),
+            (Some(seen), Ok(image)) => !seen.contains(&(site.path(), image.as_str())),
             _ => true,
         })
         .map(|site| {
@@ -316,10 +317,10 @@ pub fn judge_as(
 /// (pointer, image) pairs of the old object. A controller must be able to
 /// update or finalize an object whose digest was revoked after it was
 /// admitted, so images it already had are not judged again.
-fn previous_images(walk: &Walk) -> HashSet<(&str, &str)> {
+fn previous_images(walk: &Walk) -> HashSet<(Cow<'_, str>, &str)> {
     walk.sites
         .iter()
-        .filter_map(|s| s.image.as_ref().ok().map(|i| (s.pointer.as_str(), i.as_str())))
+        .filter_map(|s| s.image.as_ref().ok().map(|i| (s.path(), i.as_str())))
         .collect()
 }
 
@@ -341,7 +342,7 @@ fn rewrite_embedded(sources: &[Embedded], images: &mut [ImageJudgement]) -> Vec<
             let Some(to) = image.fix.clone() else {
                 continue;
             };
-            let node = source.documents[at.document].node(&at.pointer);
+            let node = source.documents[at.document].node(at.pointer.as_str());
             let edit = node
                 .ok_or_else(|| "its position in the text is unknown".to_owned())
                 .and_then(|n| yaml::scalar_edit(&source.text, &offsets, &n, &to).map_err(|e| e.to_string()));
@@ -452,7 +453,7 @@ impl Judgement {
             .rewrites()
             .map(|i| {
                 (
-                    i.site.pointer.clone(),
+                    i.site.path().into_owned(),
                     serde_json::json!({"from": i.image(), "to": i.fix.as_deref().unwrap_or_default()}),
                 )
             })
@@ -466,15 +467,11 @@ impl Judgement {
     }
 }
 
-fn replace(pointer: &str, value: String) -> PatchOperation {
+fn replace(pointer: &Pointer, value: String) -> PatchOperation {
     PatchOperation::Replace(ReplaceOperation {
-        path: self::pointer(pointer),
+        path: pointer.to_buf(),
         value: Value::String(value),
     })
-}
-
-fn pointer(p: &str) -> PointerBuf {
-    PointerBuf::parse(p).expect("walkers build valid pointers")
 }
 
 /// The object's rewritten-images record, when it has a readable one.

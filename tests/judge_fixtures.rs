@@ -97,7 +97,7 @@ fn upstream_runtimes_rewrite_and_settle() {
                 continue;
             }
             for site in walk.sites.iter().filter(|s| s.embedded.is_none()) {
-                *object.pointer_mut(&site.pointer).unwrap() = Value::String(unpromoted.clone());
+                *object.pointer_mut(site.pointer.as_str()).unwrap() = Value::String(unpromoted.clone());
             }
             let r = judge::judge(&object, None, &Policy::default(), &list);
             let name = file.file_name().unwrap().to_string_lossy().to_string();

@@ -8,6 +8,9 @@
 //! [`kinds`] is the table of kinds (where each keeps its images), `walk` the
 //! walkers that follow it, [`prune`] the decoder that keeps only what they read.
 
+use std::borrow::Cow;
+
+use json_patch::jsonptr::{Pointer, PointerBuf};
 use serde_json::Value;
 
 use crate::yaml::Document;
@@ -41,9 +44,9 @@ pub enum Role {
 /// One place an image is (or should be) written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Site {
-    /// JSON Pointer in the object. For a document embedded in a ConfigMap:
-    /// `/data/<key>#<pointer in the document>`.
-    pub pointer: String,
+    /// JSON Pointer in the object; for an image inside an embedded document,
+    /// the pointer of the string that holds the document (see [`Site::path`]).
+    pub pointer: PointerBuf,
     pub role: Role,
     /// Container or volume name (or framework, for InferenceService).
     pub name: Option<String>,
@@ -61,7 +64,7 @@ pub struct EmbeddedSite {
     /// Document index within the embedded text.
     pub document: usize,
     /// Pointer inside that document.
-    pub pointer: String,
+    pub pointer: PointerBuf,
     /// Line of the image inside the embedded text.
     pub line: usize,
 }
@@ -70,7 +73,7 @@ pub struct EmbeddedSite {
 #[derive(Debug, Clone)]
 pub struct Embedded {
     /// Pointer of the string in the object, e.g. `/data/default-config`.
-    pub pointer: String,
+    pub pointer: PointerBuf,
     pub text: String,
     pub documents: Vec<Document>,
 }
@@ -87,6 +90,18 @@ pub struct Walk {
 // === impl Site ===
 
 impl Site {
+    /// Where the site is, as reports and audit records name it: its JSON
+    /// Pointer, or for an embedded document `/data/<key>#<pointer in the
+    /// document>`, the document's index (from the second on) before the
+    /// inner pointer: `/data/<key>#1/spec/containers/0/image`.
+    pub fn path(&self) -> Cow<'_, str> {
+        match &self.embedded {
+            None => Cow::Borrowed(self.pointer.as_str()),
+            Some(e) if e.document == 0 => Cow::Owned(format!("{}#{}", self.pointer, e.pointer)),
+            Some(e) => Cow::Owned(format!("{}#{}{}", self.pointer, e.document, e.pointer)),
+        }
+    }
+
     /// How messages refer to this site, e.g. `container "ovms"`.
     pub fn describe(&self) -> String {
         let what = match self.role {
@@ -97,11 +112,11 @@ impl Site {
             Role::Volume => "image volume",
             Role::Predictor => "predictor",
             Role::Explainer => "explainer",
-            Role::Structure => return format!("at {}", self.pointer),
+            Role::Structure => return format!("at {}", self.path()),
         };
         match &self.name {
             Some(name) => format!("{what} \"{name}\""),
-            None => format!("{what} at {}", self.pointer),
+            None => format!("{what} at {}", self.path()),
         }
     }
 }
@@ -122,6 +137,6 @@ pub fn group_of(api_version: &str) -> &str {
 /// knows the kind from the request even when the object omits it).
 pub fn walk_as(group: &str, kind: &str, object: &Value) -> Walk {
     let mut walk = Walk::default();
-    walk.known = visit(group, kind, object, "", &mut walk, 0);
+    walk.known = visit(group, kind, object, Pointer::root(), &mut walk, 0);
     walk
 }

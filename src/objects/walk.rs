@@ -1,6 +1,6 @@
 //! The walkers: every image site of an object, by its kind's layout.
 
-use json_patch::jsonptr::Token;
+use json_patch::jsonptr::{Pointer, PointerBuf, Token};
 use serde_json::Value;
 
 use super::kinds::{self, Layout};
@@ -16,7 +16,7 @@ pub(super) fn visit(
     group: &str,
     kind: &str,
     object: &Value,
-    ptr: &str,
+    ptr: &Pointer,
     walk: &mut Walk,
     depth: usize,
 ) -> bool {
@@ -27,9 +27,9 @@ pub(super) fn visit(
         sites: &mut walk.sites,
     };
     match entry.layout {
-        Layout::PodSpec(at) => out.pod_spec(object.pointer(at), &format!("{ptr}{at}")),
-        Layout::Runtime => out.runtime_spec(object.get("spec"), &format!("{ptr}/spec")),
-        Layout::InferenceService => out.inference_service(object.get("spec"), &format!("{ptr}/spec")),
+        Layout::PodSpec(at) => out.pod_spec(object.pointer(at), &ptr.concat(Pointer::from_static(at))),
+        Layout::Runtime => out.runtime_spec(object.get("spec"), &join(ptr, "spec")),
+        Layout::InferenceService => out.inference_service(object.get("spec"), &join(ptr, "spec")),
         Layout::EmbeddedRuntimes => embedded_runtimes(object, ptr, walk),
         Layout::Template => template_objects(object, ptr, walk, depth),
     }
@@ -37,13 +37,13 @@ pub(super) fn visit(
 }
 
 /// A Template's objects, each walked by its own kind.
-fn template_objects(object: &Value, ptr: &str, walk: &mut Walk, depth: usize) {
-    let objects_ptr = format!("{ptr}/objects");
+fn template_objects(object: &Value, ptr: &Pointer, walk: &mut Walk, depth: usize) {
+    let objects_ptr = join(ptr, "objects");
     match object.get("objects") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                let item_ptr = format!("{objects_ptr}/{i}");
+                let item_ptr = join_index(&objects_ptr, i, None);
                 if depth >= MAX_TEMPLATE_DEPTH {
                     walk.sites
                         .push(structure(&item_ptr, "Templates are nested too deeply".into()));
@@ -64,9 +64,9 @@ fn template_objects(object: &Value, ptr: &str, walk: &mut Walk, depth: usize) {
     }
 }
 
-fn structure(pointer: &str, reason: String) -> Site {
+fn structure(pointer: &Pointer, reason: String) -> Site {
     Site {
-        pointer: pointer.to_owned(),
+        pointer: pointer.to_buf(),
         role: Role::Structure,
         name: None,
         image: Err(reason),
@@ -75,12 +75,12 @@ fn structure(pointer: &str, reason: String) -> Site {
 }
 
 /// A structure site for a field of the wrong JSON type.
-fn mistyped(pointer: &str, expected: &str, found: &Value) -> Site {
+fn mistyped(pointer: &Pointer, expected: &str, found: &Value) -> Site {
     structure(pointer, wrong_type(pointer, expected, found))
 }
 
 /// "spec.containers must be a list of containers, found a string".
-fn wrong_type(pointer: &str, expected: &str, found: &Value) -> String {
+fn wrong_type(pointer: &Pointer, expected: &str, found: &Value) -> String {
     format!(
         "{} must be {expected}, found {}",
         field_path(pointer),
@@ -88,20 +88,15 @@ fn wrong_type(pointer: &str, expected: &str, found: &Value) -> String {
     )
 }
 
-/// `base/seg`, without the formatting machinery (walkers build many).
-fn join(base: &str, seg: &str) -> String {
-    let mut s = String::with_capacity(base.len() + seg.len() + 8);
-    s.push_str(base);
-    s.push('/');
-    s.push_str(seg);
-    s
+/// `base/seg`, allocated once (walkers build many).
+fn join(base: &Pointer, seg: &str) -> PointerBuf {
+    let mut p = base.to_buf();
+    p.push_back(seg);
+    p
 }
 
-/// `base/i` (or `base/i/seg`).
-fn join_index(base: &str, i: usize, seg: Option<&str>) -> String {
-    let mut s = String::with_capacity(base.len() + 24);
-    s.push_str(base);
-    s.push('/');
+/// `base/i` (or `base/i/seg`), the index written without allocating.
+fn join_index(base: &Pointer, i: usize, seg: Option<&str>) -> PointerBuf {
     let mut digits = [0u8; 20];
     let mut n = i;
     let mut at = digits.len();
@@ -113,17 +108,17 @@ fn join_index(base: &str, i: usize, seg: Option<&str>) -> String {
             break;
         }
     }
-    s.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+    let mut p = base.to_buf();
+    p.push_back(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
     if let Some(seg) = seg {
-        s.push('/');
-        s.push_str(seg);
+        p.push_back(seg);
     }
-    s
+    p
 }
 
 /// Human path for messages: `/spec/containers` → `spec.containers`.
-fn field_path(pointer: &str) -> String {
-    pointer.trim_start_matches('/').replace('/', ".")
+fn field_path(pointer: &Pointer) -> String {
+    pointer.as_str().trim_start_matches('/').replace('/', ".")
 }
 
 struct Collector<'w> {
@@ -131,7 +126,7 @@ struct Collector<'w> {
 }
 
 impl Collector<'_> {
-    fn push(&mut self, pointer: String, role: Role, name: Option<&str>, image: Result<String, String>) {
+    fn push(&mut self, pointer: PointerBuf, role: Role, name: Option<&str>, image: Result<String, String>) {
         self.sites.push(Site {
             pointer,
             role,
@@ -145,7 +140,7 @@ impl Collector<'_> {
     fn mapping<'v>(
         &mut self,
         value: Option<&'v Value>,
-        ptr: &str,
+        ptr: &Pointer,
     ) -> Option<&'v serde_json::Map<String, Value>> {
         match value {
             None | Some(Value::Null) => None,
@@ -157,7 +152,7 @@ impl Collector<'_> {
         }
     }
 
-    fn pod_spec(&mut self, spec: Option<&Value>, ptr: &str) {
+    fn pod_spec(&mut self, spec: Option<&Value>, ptr: &Pointer) {
         let Some(spec) = self.mapping(spec, ptr) else {
             return;
         };
@@ -167,7 +162,7 @@ impl Collector<'_> {
         self.volumes(spec, ptr);
     }
 
-    fn runtime_spec(&mut self, spec: Option<&Value>, ptr: &str) {
+    fn runtime_spec(&mut self, spec: Option<&Value>, ptr: &Pointer) {
         if let Some(spec) = self.mapping(spec, ptr) {
             self.runtime_parts(spec, ptr);
         }
@@ -176,7 +171,7 @@ impl Collector<'_> {
     /// A runtime spec's images, and an InferenceService component's (which
     /// inlines the same fields): containers, image volumes, and the
     /// `workerSpec` pod of multi-node runtimes.
-    fn runtime_parts(&mut self, spec: &serde_json::Map<String, Value>, ptr: &str) {
+    fn runtime_parts(&mut self, spec: &serde_json::Map<String, Value>, ptr: &Pointer) {
         self.containers(spec, ptr, "containers", Role::Container);
         self.volumes(spec, ptr);
         if let Some(w) = spec.get("workerSpec").filter(|w| !w.is_null()) {
@@ -188,7 +183,7 @@ impl Collector<'_> {
         }
     }
 
-    fn inference_service(&mut self, spec: Option<&Value>, ptr: &str) {
+    fn inference_service(&mut self, spec: Option<&Value>, ptr: &Pointer) {
         let Some(spec) = self.mapping(spec, ptr) else {
             return;
         };
@@ -222,7 +217,13 @@ impl Collector<'_> {
 
     /// The containers under `parent[field]`; pointers are built only for
     /// what is there.
-    fn containers(&mut self, parent: &serde_json::Map<String, Value>, ptr: &str, field: &str, role: Role) {
+    fn containers(
+        &mut self,
+        parent: &serde_json::Map<String, Value>,
+        ptr: &Pointer,
+        field: &str,
+        role: Role,
+    ) {
         let items = match parent.get(field) {
             None | Some(Value::Null) => return,
             Some(Value::Array(items)) => items,
@@ -247,7 +248,7 @@ impl Collector<'_> {
     }
 
     /// Image volumes under `parent.volumes`.
-    fn volumes(&mut self, parent: &serde_json::Map<String, Value>, ptr: &str) {
+    fn volumes(&mut self, parent: &serde_json::Map<String, Value>, ptr: &Pointer) {
         let items = match parent.get("volumes") {
             None | Some(Value::Null) => return,
             Some(Value::Array(items)) => items,
@@ -280,7 +281,7 @@ impl Collector<'_> {
 
     /// An image field: absent or null means "no image here" (the apiserver
     /// validates required images); anything but a string is malformed.
-    fn image(&mut self, value: Option<&Value>, ptr: String, role: Role, name: Option<&str>) {
+    fn image(&mut self, value: Option<&Value>, ptr: PointerBuf, role: Role, name: Option<&str>) {
         match value {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => self.push(ptr, role, name, Ok(s.clone())),
@@ -297,7 +298,7 @@ const RUNTIMES_CONFIGMAP: &str = "servingruntimes-config";
 
 /// ConfigMap values that are ServingRuntime documents. `servingruntimes-config`
 /// must parse; other ConfigMaps are only read when a value looks like one.
-fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
+fn embedded_runtimes(object: &Value, ptr: &Pointer, walk: &mut Walk) {
     let Some(Value::Object(data)) = object.get("data") else {
         return;
     };
@@ -309,7 +310,8 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
         if !kinds::runtimes().any(|k| text.contains(k.name)) {
             continue;
         }
-        let pointer = format!("{ptr}/data/{}", Token::new(key.as_str()).encoded());
+        let mut pointer = join(ptr, "data");
+        pointer.push_back(Token::new(key.as_str()));
         let documents = match yaml::parse_stream(text) {
             Ok(d) => d,
             Err(e) if runtimes_config => {
@@ -329,19 +331,14 @@ fn embedded_runtimes(object: &Value, ptr: &str, walk: &mut Walk) {
                 continue;
             }
             let before = sites.len();
-            Collector { sites: &mut sites }.runtime_spec(doc.value.get("spec"), "/spec");
-            let doc_tag = if doc.index == 0 {
-                String::new()
-            } else {
-                doc.index.to_string()
-            };
+            Collector { sites: &mut sites }
+                .runtime_spec(doc.value.get("spec"), Pointer::from_static("/spec"));
             for site in &mut sites[before..] {
-                let inner = std::mem::take(&mut site.pointer);
-                site.pointer = format!("{pointer}#{doc_tag}{inner}");
+                let inner = std::mem::replace(&mut site.pointer, pointer.clone());
                 site.embedded = Some(EmbeddedSite {
                     source,
                     document: doc.index,
-                    line: doc.line_of(&inner),
+                    line: doc.line_of(inner.as_str()),
                     pointer: inner,
                 });
             }
@@ -363,10 +360,16 @@ mod tests {
     use crate::objects::walk;
     use serde_json::json;
 
-    fn pointers(w: &Walk) -> Vec<(&str, Option<&str>)> {
+    /// Each site's path (leaked: a test's few strings, compared as `&str`).
+    fn pointers(w: &Walk) -> Vec<(&'static str, Option<&str>)> {
         w.sites
             .iter()
-            .map(|s| (s.pointer.as_str(), s.name.as_deref()))
+            .map(|s| {
+                (
+                    &*Box::leak(s.path().into_owned().into_boxed_str()),
+                    s.name.as_deref(),
+                )
+            })
             .collect()
     }
 
