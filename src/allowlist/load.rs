@@ -388,9 +388,11 @@ impl Loader {
         };
         let head = if stream { reader.head()? } else { Head::default() };
         if head.kind.as_ref().is_some_and(|(k, _)| k == "Allowlist") {
-            let read = self.streamed(file, shared, reader, &head);
+            // A syntax error ends the file here, before the parser is asked
+            // for more.
+            let read = self.streamed(file, shared, reader, &head)?;
             reader.finish_document()?;
-            return read.map(Some);
+            return Ok(Some(read));
         }
         self.tree(file, shared, reader, start, index).map(Some)
     }
