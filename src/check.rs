@@ -7,13 +7,12 @@ use std::io::Read;
 use std::path::Path;
 
 use json_patch::PatchOperation;
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
-use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement, ObjectVerdict};
-use crate::objects::Role;
-use crate::policy::{Mode, Policy, Verdict};
+use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement};
+use crate::policy::{Mode, Policy};
+use crate::report::{self, ObjectReport, Report};
 use crate::yaml::{self, Document, Edit, Offsets};
 
 /// One manifest input.
@@ -85,52 +84,6 @@ pub fn read_inputs(args: &[String]) -> (Vec<Input>, Vec<String>) {
     (inputs, problems)
 }
 
-/// What `check` reports for an image (the JSON contract's `images[]`).
-#[derive(Debug, Clone, Serialize)]
-pub struct ImageReport {
-    pub path: String,
-    pub container: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub volume: Option<String>,
-    pub image: Value,
-    /// `allow`, `exempt`, `rewrite` or `deny`.
-    pub verdict: &'static str,
-    pub rewrite: Option<String>,
-    pub reason: String,
-    /// In audit mode: what rewrite mode would do.
-    #[serde(rename = "wouldBe", skip_serializing_if = "Option::is_none")]
-    pub would_be: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<usize>,
-}
-
-/// What `check` reports for an object (the JSON contract's `results[]`).
-#[derive(Debug, Clone, Serialize)]
-pub struct ObjectReport {
-    pub source: String,
-    pub document: usize,
-    pub item: Option<usize>,
-    #[serde(rename = "apiVersion")]
-    pub api_version: Option<String>,
-    pub kind: Option<String>,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub verdict: ObjectVerdict,
-    pub images: Vec<ImageReport>,
-    #[serde(skip)]
-    pub line: usize,
-}
-
-/// Object counts by verdict.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct Summary {
-    pub objects: usize,
-    pub allow: usize,
-    pub rewrite: usize,
-    pub deny: usize,
-    pub skipped: usize,
-}
-
 /// A manifest after `--fix`.
 #[derive(Debug, Clone)]
 pub struct Fixed {
@@ -143,10 +96,8 @@ pub struct Fixed {
 /// Everything a check run found.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
-    pub results: Vec<ObjectReport>,
-    pub summary: Summary,
-    /// Inputs that could not be used (exit code 2).
-    pub problems: Vec<String>,
+    /// The objects judged; its errors are the inputs that could not be used.
+    pub report: Report,
     /// With `--fix`: every input, rewritten where needed.
     pub fixed: Vec<Fixed>,
     /// With `--fix`: images still denied after fixing.
@@ -169,10 +120,10 @@ fn documents(text: &str) -> Result<(Vec<Document>, bool), String> {
         Ok(docs) => Ok((docs, true)),
         Err(e) => {
             let trimmed = text.trim_start();
-            if trimmed.starts_with('{') || trimmed.starts_with('[') {
-                if let Ok(value) = serde_json::from_str::<Value>(text) {
-                    return Ok((vec![Document::from_value(value)], false));
-                }
+            if (trimmed.starts_with('{') || trimmed.starts_with('['))
+                && let Ok(value) = serde_json::from_str::<Value>(text)
+            {
+                return Ok((vec![Document::from_value(value)], false));
             }
             Err(e.to_string())
         }
@@ -214,7 +165,8 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
         Ok(d) => d,
         Err(e) => {
             outcome
-                .problems
+                .report
+                .errors
                 .push(format!("{}: not valid YAML or JSON: {e}", input.name));
             return;
         }
@@ -226,7 +178,7 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
             continue;
         }
         let Some(found) = objects_of(&doc.value) else {
-            outcome.problems.push(format!(
+            outcome.report.errors.push(format!(
                 "{}:{}: document {} is not a Kubernetes object (found {})",
                 input.name,
                 doc.line,
@@ -237,9 +189,7 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
         };
         for f in found {
             let j = judge::judge(f.object, None, policy, allowlist);
-            let report = report(input, doc, &f, &j);
-            tally(&mut outcome.summary, report.verdict);
-            outcome.results.push(report);
+            outcome.report.push(report(input, doc, &f, &j));
             if fix {
                 // What --fix leaves counts against the exit code unless audited.
                 if j.mode != Mode::Audit {
@@ -298,7 +248,7 @@ impl Fixing {
             Ok(text) => (text, self.rewrites),
             Err(e) => {
                 outcome.still_denied += self.rewrites;
-                outcome.problems.push(format!(
+                outcome.report.errors.push(format!(
                     "{}: cannot rewrite in place ({e}); apply the rewrites above by hand",
                     input.name
                 ));
@@ -392,16 +342,6 @@ fn verify(text: &str, original: &[Document], expected: &[Expected]) -> Result<()
     Ok(())
 }
 
-fn tally(summary: &mut Summary, verdict: ObjectVerdict) {
-    summary.objects += 1;
-    match verdict {
-        ObjectVerdict::Allow => summary.allow += 1,
-        ObjectVerdict::Rewrite => summary.rewrite += 1,
-        ObjectVerdict::Deny => summary.deny += 1,
-        ObjectVerdict::Skipped => summary.skipped += 1,
-    }
-}
-
 /// The file line of an image. Inside an embedded literal block the line is
 /// the block's first line plus the image's line in the embedded text.
 fn line_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> usize {
@@ -416,121 +356,22 @@ fn line_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> usize {
 }
 
 fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> ObjectReport {
-    let text = |p: &str| found.object.pointer(p).and_then(Value::as_str).map(str::to_owned);
-    let images = j
-        .images
-        .iter()
-        .map(|i| {
-            let would_be =
-                (j.mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
-            let at = format!("{}{}", found.prefix, i.site.path());
-            let (container, volume) = match i.site.role {
-                Role::Volume => (None, i.site.name.clone()),
-                Role::Structure => (None, None),
-                _ => (i.site.name.clone(), None),
-            };
-            ImageReport {
-                path: i.site.path().into_owned(),
-                container,
-                volume,
-                image: match &i.site.image {
-                    Ok(s) => Value::String(s.clone()),
-                    Err(_) => found
-                        .object
-                        .pointer(&i.site.path())
-                        .cloned()
-                        .unwrap_or(Value::Null),
-                },
-                verdict: i.outcome().label(),
-                rewrite: i.decision.rewrite_to().map(str::to_owned),
-                reason: i.message(),
-                would_be,
-                line: Some(line_of_site(doc, &at, i)),
-            }
-        })
-        .collect();
+    let line_of = |i: &ImageJudgement| {
+        Some(line_of_site(
+            doc,
+            &format!("{}{}", found.prefix, i.site.path()),
+            i,
+        ))
+    };
     ObjectReport {
-        source: input.name.clone(),
-        document: doc.index,
+        document: Some(doc.index),
         item: found.item,
-        api_version: text("/apiVersion"),
-        kind: text("/kind"),
-        namespace: text("/metadata/namespace"),
-        name: text("/metadata/name"),
-        verdict: j.verdict,
-        images,
-        line: doc.line_of(&found.prefix),
+        line: Some(doc.line_of(&found.prefix)),
+        ..ObjectReport::new(input.name.clone(), found.object, j, line_of)
     }
 }
 
 // === output ===
-
-/// The JSON report (`--output json`).
-pub fn json_report(outcome: &Outcome) -> String {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        results: &'a [ObjectReport],
-        summary: &'a Summary,
-        #[serde(skip_serializing_if = "<[String]>::is_empty")]
-        errors: &'a [String],
-    }
-    let mut s = serde_json::to_string_pretty(&Out {
-        results: &outcome.results,
-        summary: &outcome.summary,
-        errors: &outcome.problems,
-    })
-    .expect("reports serialise");
-    s.push('\n');
-    s
-}
-
-/// The text report: one line per image that needs attention, then problems
-/// and a summary. Compliant objects make no noise.
-pub fn text_report(outcome: &Outcome, fix: bool) -> String {
-    let mut out = String::new();
-    for r in &outcome.results {
-        let object = match (&r.namespace, &r.name) {
-            (Some(ns), Some(name)) => format!("{ns}/{name}"),
-            (None, Some(name)) => name.clone(),
-            _ => "(unnamed)".to_owned(),
-        };
-        let kind = r.kind.as_deref().unwrap_or("object");
-        for i in &r.images {
-            let shown = match (i.verdict, i.would_be) {
-                ("rewrite", _) if fix => "fixed",
-                (v @ ("rewrite" | "deny"), _) => v,
-                (_, Some(_)) => "audit",
-                _ => continue,
-            };
-            let line = i.line.unwrap_or(r.line);
-            let _ = writeln!(out, "{}:{line}: {kind} {object}: {shown}: {}", r.source, i.reason);
-        }
-    }
-    for p in &outcome.problems {
-        let _ = writeln!(out, "error: {p}");
-    }
-    let s = &outcome.summary;
-    let _ = write!(
-        out,
-        "{} object{} checked: {} allowed, {} {}, {} denied, {} skipped",
-        s.objects,
-        if s.objects == 1 { "" } else { "s" },
-        s.allow,
-        s.rewrite,
-        if fix { "fixed" } else { "to rewrite" },
-        s.deny,
-        s.skipped
-    );
-    if fix && outcome.still_denied > 0 {
-        let _ = write!(
-            out,
-            "; {} image(s) still denied after fixing",
-            outcome.still_denied
-        );
-    }
-    out.push('\n');
-    out
-}
 
 /// The fixed manifests for stdout: one input as it is; several in a single
 /// stream, each behind a `# Source:` comment.
@@ -555,12 +396,10 @@ pub fn fixed_stream(fixed: &[Fixed]) -> String {
 /// The exit code contract: 0 compliant, 1 something denied or to rewrite
 /// (with `--fix`: still denied after fixing), 2 unusable input.
 pub fn exit_code(outcome: &Outcome, fix: bool) -> u8 {
-    if !outcome.problems.is_empty() {
-        2
-    } else if fix {
+    if fix && outcome.report.errors.is_empty() {
         u8::from(outcome.still_denied > 0)
     } else {
-        u8::from(outcome.summary.deny + outcome.summary.rewrite > 0)
+        report::exit_code(&outcome.report)
     }
 }
 
@@ -585,8 +424,8 @@ mod tests {
         );
         let o = run(&text, true);
         assert_eq!(
-            o.summary,
-            Summary {
+            o.report.summary,
+            report::Summary {
                 objects: 2,
                 allow: 0,
                 rewrite: 1,
@@ -613,14 +452,17 @@ mod tests {
             "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n  {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"a\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"{REPO}@{GOOD}\"}}]}}}},\n  {{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"b\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"nginx\"}}]}}}}\n]}}\n"
         );
         let o = run(&text, false);
-        assert_eq!(o.results.len(), 2);
-        assert_eq!((o.results[0].item, o.results[1].item), (Some(0), Some(1)));
+        assert_eq!(o.report.results.len(), 2);
         assert_eq!(
-            (o.results[0].verdict, o.results[1].verdict),
-            (ObjectVerdict::Allow, ObjectVerdict::Deny)
+            (o.report.results[0].item, o.report.results[1].item),
+            (Some(0), Some(1))
         );
-        assert_eq!(o.results[1].images[0].line, Some(3));
-        let report = text_report(&o, false);
+        assert_eq!(
+            (o.report.results[0].verdict, o.report.results[1].verdict),
+            (judge::ObjectVerdict::Allow, judge::ObjectVerdict::Deny)
+        );
+        assert_eq!(o.report.results[1].images[0].line, Some(3));
+        let report = report::text(&o.report, None);
         assert!(
             report
                 .starts_with("m.yaml:3: Pod b: deny: container \"c\": image 'nginx' has no registry domain"),
@@ -637,15 +479,15 @@ mod tests {
         let o = run("- a\n- b\n", false);
         assert_eq!(exit_code(&o, false), 2);
         assert!(
-            o.problems[0].contains("is not a Kubernetes object (found a list)"),
+            o.report.errors[0].contains("is not a Kubernetes object (found a list)"),
             "{:?}",
-            o.problems
+            o.report.errors
         );
         let o = run("kind: [\n", false);
         assert!(
-            o.problems[0].starts_with("m.yaml: not valid YAML or JSON"),
+            o.report.errors[0].starts_with("m.yaml: not valid YAML or JSON"),
             "{:?}",
-            o.problems
+            o.report.errors
         );
     }
 

@@ -11,6 +11,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use crate::allowlist::{self, Exemption, Loaded, Pattern};
 use crate::check;
 use crate::policy::{Mode, Policy, Unlisted};
+use crate::report;
 use crate::server;
 
 /// Keeps model-serving workloads on promoted production image digests.
@@ -350,12 +351,12 @@ fn run_check(args: &CheckArgs) -> u8 {
     }
     let (inputs, mut problems) = check::read_inputs(&names);
     let mut outcome = check::check(&inputs, &loaded.allowlist, &args.policy.policy(), args.fix);
-    problems.append(&mut outcome.problems);
-    outcome.problems = problems;
+    problems.append(&mut outcome.report.errors);
+    outcome.report.errors = problems;
 
     let report = match args.output {
-        Output::Text => check::text_report(&outcome, args.fix),
-        Output::Json => check::json_report(&outcome),
+        Output::Text => report::text(&outcome.report, args.fix.then_some(outcome.still_denied)),
+        Output::Json => report::json(&outcome.report),
     };
     if args.fix {
         eprint!("{report}");

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod objects;
 pub mod policy;
 pub mod reference;
+pub mod report;
 pub mod server;
 pub mod text;
 // The incident's digests and allowlist, for unit tests, integration tests

@@ -470,10 +470,10 @@ fn resolve(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Value {
     if style != ScalarStyle::Plain {
         return Value::String(text.to_owned());
     }
-    if let Some(tag) = tag {
-        if tag.is_yaml_core_schema() && tag.suffix == "str" || tag.handle == "!" && tag.suffix.is_empty() {
-            return Value::String(text.to_owned());
-        }
+    if let Some(tag) = tag
+        && (tag.is_yaml_core_schema() && tag.suffix == "str" || tag.handle == "!" && tag.suffix.is_empty())
+    {
+        return Value::String(text.to_owned());
     }
     resolve_plain(text).unwrap_or_else(|| Value::String(text.to_owned()))
 }

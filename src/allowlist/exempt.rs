@@ -92,10 +92,10 @@ impl Pattern {
 
     /// Whether an image (canonical repository, tag, digest) matches.
     pub fn matches(&self, repository: &str, tag: Option<&str>, digest: Option<&str>) -> bool {
-        if let Some(want) = &self.digest {
-            if digest != Some(want.as_str()) {
-                return false;
-            }
+        if let Some(want) = &self.digest
+            && digest != Some(want.as_str())
+        {
+            return false;
         }
         if let Some(want) = &self.tag {
             match tag {

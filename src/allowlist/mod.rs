@@ -249,10 +249,10 @@ impl Allowlist {
             };
             for source in sources {
                 let mapped = format!("{source}{}", &repository[end..]);
-                if let Some(r) = self.repos.get(mapped.as_str()) {
-                    if !c.entries().any(|e| std::ptr::eq(e, r)) {
-                        c.mirrored.push(r);
-                    }
+                if let Some(r) = self.repos.get(mapped.as_str())
+                    && !c.entries().any(|e| std::ptr::eq(e, r))
+                {
+                    c.mirrored.push(r);
                 }
             }
         }

@@ -347,17 +347,16 @@ impl Sink<'_> {
         for (j, d) in digests.into_iter().enumerate() {
             self.promote(&canonical, d, i, j);
         }
-        if let Some(target) = rewrite_to {
-            if let Err(c) = self
+        if let Some(target) = rewrite_to
+            && let Err(c) = self
                 .builder
                 .rewrite_to(&canonical, &target.value, &self.origin(target.line))
-            {
-                self.error(
-                    target.line,
-                    format_args!("spec.repositories[{i}].rewriteTo"),
-                    c.to_string(),
-                );
-            }
+        {
+            self.error(
+                target.line,
+                format_args!("spec.repositories[{i}].rewriteTo"),
+                c.to_string(),
+            );
         }
     }
 

@@ -158,7 +158,7 @@ impl Reloader {
     /// Checks every source once.
     pub fn poll(&mut self) {
         self.polls = self.polls.wrapping_add(1);
-        let forced = self.polls % FORCED_CHECK_EVERY == 0;
+        let forced = self.polls.is_multiple_of(FORCED_CHECK_EVERY);
         self.poll_allowlist(forced);
         self.poll_certificate(forced);
     }

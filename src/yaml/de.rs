@@ -553,10 +553,10 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'_> {
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         let item = self.next()?;
         let line = item.1.start.line();
-        if let Event::Scalar(text, style, _, tag) = &item.0 {
-            if is_null(text, *style, tag.as_deref()) {
-                return visitor.visit_none().map_err(|e: Error| e.or_line(line));
-            }
+        if let Event::Scalar(text, style, _, tag) = &item.0
+            && is_null(text, *style, tag.as_deref())
+        {
+            return visitor.visit_none().map_err(|e: Error| e.or_line(line));
         }
         self.pushed = Some(item);
         visitor.visit_some(self)

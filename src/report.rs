@@ -1,0 +1,281 @@
+//! The report `check` and `audit` both give: one [`ObjectReport`] per object
+//! judged, a [`Summary`], the errors that make a run unusable and notes that
+//! do not. Both commands build it with [`ObjectReport::new`], so the JSON
+//! schema is one (`--output json`), and render it with [`json`] and [`text`].
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::judge::{ImageJudgement, Judgement, ObjectVerdict};
+use crate::objects::Role;
+use crate::policy::{Mode, Verdict};
+
+/// What is reported for an image (the JSON contract's `images[]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageReport {
+    pub path: String,
+    pub container: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    pub image: Value,
+    /// `allow`, `exempt`, `rewrite` or `deny`.
+    pub verdict: &'static str,
+    pub rewrite: Option<String>,
+    /// The machine-readable reason, e.g. `digest_not_promoted` (the metrics'
+    /// `reason` label).
+    pub code: &'static str,
+    pub reason: String,
+    /// In audit mode: what rewrite mode would do.
+    #[serde(rename = "wouldBe", skip_serializing_if = "Option::is_none")]
+    pub would_be: Option<&'static str>,
+    /// The file line; null for objects read from a cluster.
+    pub line: Option<usize>,
+}
+
+/// An owner of an object, nearest first in [`ObjectReport::owners`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Owner {
+    pub kind: String,
+    pub name: String,
+}
+
+/// What is reported for an object (the JSON contract's `results[]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectReport {
+    /// The file (`-` for stdin), or `cluster:<context>`.
+    pub source: String,
+    /// The document's index in the file; null for cluster objects.
+    pub document: Option<usize>,
+    /// The index in a `kind: List`.
+    pub item: Option<usize>,
+    /// The object's first line in the file; null for cluster objects.
+    pub line: Option<usize>,
+    #[serde(rename = "apiVersion")]
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// The controllers the object belongs to, nearest first: what a person
+    /// has to change so the finding does not come back.
+    pub owners: Vec<Owner>,
+    pub verdict: ObjectVerdict,
+    pub images: Vec<ImageReport>,
+}
+
+/// Object counts by verdict.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Summary {
+    pub objects: usize,
+    pub allow: usize,
+    pub rewrite: usize,
+    pub deny: usize,
+    pub skipped: usize,
+}
+
+/// Everything a run found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub results: Vec<ObjectReport>,
+    pub summary: Summary,
+    /// What could not be read or used (exit code 2).
+    pub errors: Vec<String>,
+    /// What a reader should know that does not fail the run, e.g. a kind
+    /// whose CRD is not installed.
+    pub notes: Vec<String>,
+}
+
+// === impl ObjectReport ===
+
+impl ObjectReport {
+    /// The report of `object` judged as `j`, found in `source`. Positions
+    /// (`document`, `item`, `line`) are the caller's: `line_of` gives an
+    /// image's line, if the source has lines. `owners` starts with the
+    /// object's own controller reference, if it has one.
+    pub fn new(
+        source: String,
+        object: &Value,
+        j: &Judgement,
+        line_of: impl Fn(&ImageJudgement) -> Option<usize>,
+    ) -> ObjectReport {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let images = j
+            .images
+            .iter()
+            .map(|i| image_report(object, j.mode, i, line_of(i)))
+            .collect();
+        ObjectReport {
+            source,
+            document: None,
+            item: None,
+            line: None,
+            api_version: text("/apiVersion"),
+            kind: text("/kind"),
+            namespace: text("/metadata/namespace"),
+            name: text("/metadata/name"),
+            owners: controller_of(object).into_iter().collect(),
+            verdict: j.verdict,
+            images,
+        }
+    }
+
+    /// How text output names the object at an image's line: `file:line:
+    /// Kind ns/name` for a file, `ns/Kind/name` (as kubectl names it) for a
+    /// cluster object.
+    fn label(&self, image_line: Option<usize>) -> String {
+        let kind = self.kind.as_deref().unwrap_or("object");
+        let name = self.name.as_deref().unwrap_or("(unnamed)");
+        match (image_line.or(self.line), &self.namespace) {
+            (Some(line), Some(ns)) => format!("{}:{line}: {kind} {ns}/{name}", self.source),
+            (Some(line), None) => format!("{}:{line}: {kind} {name}", self.source),
+            (None, Some(ns)) => format!("{ns}/{kind}/{name}"),
+            (None, None) => format!("{kind}/{name}"),
+        }
+    }
+}
+
+fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, line: Option<usize>) -> ImageReport {
+    let would_be = (mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
+    let (container, volume) = match i.site.role {
+        Role::Volume => (None, i.site.name.clone()),
+        Role::Structure => (None, None),
+        _ => (i.site.name.clone(), None),
+    };
+    let path = i.site.path().into_owned();
+    ImageReport {
+        image: match &i.site.image {
+            Ok(s) => Value::String(s.clone()),
+            Err(_) => object.pointer(&path).cloned().unwrap_or(Value::Null),
+        },
+        path,
+        container,
+        volume,
+        verdict: i.outcome().label(),
+        rewrite: i.decision.rewrite_to().map(str::to_owned),
+        code: i.reason().label(),
+        reason: i.message(),
+        would_be,
+        line,
+    }
+}
+
+/// The object's controller (`ownerReferences[]` with `controller: true`).
+pub fn controller_of(object: &Value) -> Option<Owner> {
+    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
+    let owner = refs
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
+    Some(Owner {
+        kind: owner.get("kind")?.as_str()?.to_owned(),
+        name: owner.get("name")?.as_str()?.to_owned(),
+    })
+}
+
+// === impl Report ===
+
+impl Report {
+    /// Adds an object's report and counts its verdict.
+    pub fn push(&mut self, report: ObjectReport) {
+        let s = &mut self.summary;
+        s.objects += 1;
+        match report.verdict {
+            ObjectVerdict::Allow => s.allow += 1,
+            ObjectVerdict::Rewrite => s.rewrite += 1,
+            ObjectVerdict::Deny => s.deny += 1,
+            ObjectVerdict::Skipped => s.skipped += 1,
+        }
+        self.results.push(report);
+    }
+
+    /// Whether something would be rewritten or denied.
+    pub fn has_findings(&self) -> bool {
+        self.summary.deny + self.summary.rewrite > 0
+    }
+}
+
+// === output ===
+
+/// The JSON report (`--output json`).
+pub fn json(report: &Report) -> String {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        results: &'a [ObjectReport],
+        summary: &'a Summary,
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        errors: &'a [String],
+        #[serde(skip_serializing_if = "<[String]>::is_empty")]
+        notes: &'a [String],
+    }
+    let mut s = serde_json::to_string_pretty(&Out {
+        results: &report.results,
+        summary: &report.summary,
+        errors: &report.errors,
+        notes: &report.notes,
+    })
+    .expect("reports serialise");
+    s.push('\n');
+    s
+}
+
+/// The text report: one line per image that needs attention, then notes,
+/// errors and a summary. Compliant objects make no noise. `fixed` is
+/// `check --fix`'s count of images still denied after fixing: rewrites are
+/// then reported as done.
+pub fn text(report: &Report, fixed: Option<usize>) -> String {
+    let mut out = String::new();
+    for r in &report.results {
+        let owners = owner_chain(&r.owners);
+        for i in &r.images {
+            let shown = match (i.verdict, i.would_be) {
+                ("rewrite", _) if fixed.is_some() => "fixed",
+                (v @ ("rewrite" | "deny"), _) => v,
+                (_, Some(_)) => "audit",
+                _ => continue,
+            };
+            let _ = writeln!(out, "{}{owners}: {shown}: {}", r.label(i.line), i.reason);
+        }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for e in &report.errors {
+        let _ = writeln!(out, "error: {e}");
+    }
+    let s = &report.summary;
+    let _ = write!(
+        out,
+        "{} object{} checked: {} allowed, {} {}, {} denied, {} skipped",
+        s.objects,
+        if s.objects == 1 { "" } else { "s" },
+        s.allow,
+        s.rewrite,
+        if fixed.is_some() { "fixed" } else { "to rewrite" },
+        s.deny,
+        s.skipped
+    );
+    if let Some(still) = fixed.filter(|&n| n > 0) {
+        let _ = write!(out, "; {still} image(s) still denied after fixing");
+    }
+    out.push('\n');
+    out
+}
+
+/// ` (ReplicaSet x ← Deployment y)`, or nothing without owners.
+fn owner_chain(owners: &[Owner]) -> String {
+    if owners.is_empty() {
+        return String::new();
+    }
+    let chain: Vec<String> = owners.iter().map(|o| format!("{} {}", o.kind, o.name)).collect();
+    format!(" ({})", chain.join(" ← "))
+}
+
+/// The exit code contract shared by `check` and `audit`: 0 compliant, 1
+/// something denied or to rewrite, 2 something could not be read or used.
+pub fn exit_code(report: &Report) -> u8 {
+    if !report.errors.is_empty() {
+        2
+    } else {
+        u8::from(report.has_findings())
+    }
+}
