@@ -1,5 +1,5 @@
 //! The command line: flag definitions and dispatch for `serve`, `check`,
-//! `allowlist convert` and `allowlist lint`. Every flag also reads
+//! `audit`, `allowlist convert` and `allowlist lint`. Every flag also reads
 //! `DIGEST_GATE_<FLAG>` from the environment.
 
 use std::io::Write;
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::allowlist::{self, Exemption, Loaded, Pattern};
+use crate::audit;
 use crate::check;
 use crate::policy::{Mode, Policy, Unlisted};
 use crate::report;
@@ -34,6 +35,13 @@ pub enum Command {
     /// rewrite (with --fix: something is still denied after fixing); 2
     /// unusable input or flags.
     Check(CheckArgs),
+    /// Judge what is already in a cluster, as the webhook would judge it
+    /// written now. Reads with your credentials and writes nothing.
+    ///
+    /// Exit codes: 0 everything read complies; 1 something would be
+    /// rewritten or denied; 2 unusable flags, kubeconfig or allowlist, the
+    /// cluster unreachable, or a kind it serves could not be read.
+    Audit(Box<AuditArgs>),
     /// Work with allowlist files.
     #[command(subcommand)]
     Allowlist(AllowlistCommand),
@@ -156,6 +164,50 @@ pub struct CheckArgs {
     pub in_place: bool,
 }
 
+/// `digest-gate audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's
+    /// service account inside a pod).
+    #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, env = "DIGEST_GATE_CONTEXT")]
+    pub context: Option<String>,
+    /// Namespace to read (repeatable; default: the context's namespace).
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        value_delimiter = ',',
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
+    /// Read every namespace, and the cluster-scoped kinds.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Only objects matching this label selector, e.g. app=ovms.
+    #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Only namespaces matching this label selector (implies -A), e.g.
+    /// modelmesh-enabled=true.
+    #[arg(long, value_name = "SELECTOR", conflicts_with = "namespaces")]
+    pub namespace_selector: Option<String>,
+    /// Only these kinds (comma-separated, e.g. Pod,ServingRuntime); each must
+    /// be served and readable. Default: every kind digest-gate reads that
+    /// the cluster serves.
+    #[arg(long, value_delimiter = ',', value_name = "KIND")]
+    pub kinds: Vec<String>,
+    /// Report format.
+    #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Gives up on a request (connecting, or a page of a list) after this
+    /// long, e.g. 30s.
+    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: std::time::Duration,
+}
+
 /// Log line formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -233,6 +285,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Serve(args) => run_serve(*args),
         Command::Check(args) => run_check(&args),
+        Command::Audit(args) => run_audit(&args),
         Command::Allowlist(AllowlistCommand::Convert { files, name }) => run_convert(&files, &name),
         Command::Allowlist(AllowlistCommand::Lint { files, strict }) => run_lint(&files, strict),
     };
@@ -374,6 +427,85 @@ fn run_check(args: &CheckArgs) -> u8 {
         print_out(&report);
     }
     check::exit_code(&outcome, args.fix)
+}
+
+fn run_audit(args: &AuditArgs) -> u8 {
+    if args.policy.allowlists.is_empty() {
+        missing_allowlist();
+    }
+    let mut kinds = Vec::new();
+    for name in &args.kinds {
+        match audit::kind_named(name) {
+            Some(k) => kinds.push(k),
+            None => {
+                let known: Vec<&str> = crate::objects::KINDS.iter().map(|k| k.name).collect();
+                eprintln!(
+                    "error: --kinds: digest-gate does not read '{name}'; it reads {}",
+                    known.join(", ")
+                );
+                return 2;
+            }
+        }
+    }
+    let loaded = match load(&args.policy.allowlists) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let settings = audit::Settings {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        timeout: Some(args.request_timeout),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return 2;
+        }
+    };
+    let policy = args.policy.policy();
+    let result = runtime.block_on(async {
+        let connection = audit::Connection::open(&settings).await?;
+        let scope = if args.all_namespaces || args.namespace_selector.is_some() {
+            audit::Scope::All {
+                namespace_selector: args.namespace_selector.clone(),
+            }
+        } else if args.namespaces.is_empty() {
+            audit::Scope::Namespaces(vec![connection.namespace.clone()])
+        } else {
+            audit::Scope::Namespaces(args.namespaces.clone())
+        };
+        let target = audit::Target {
+            scope,
+            label_selector: args.selector.clone(),
+            kinds: (!kinds.is_empty()).then_some(kinds),
+        };
+        let found = audit::run(&connection, &target, &policy, &loaded.allowlist).await?;
+        Ok::<_, String>((connection, found))
+    });
+    let (connection, mut found) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let read: Vec<String> = found.read.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    found.report.notes.push(format!(
+        "read from {} (context \"{}\"): {}",
+        connection.server,
+        connection.context,
+        if read.is_empty() {
+            "nothing".to_owned()
+        } else {
+            read.join(", ")
+        }
+    ));
+    print_out(&match args.output {
+        Output::Text => report::text(&found.report, None),
+        Output::Json => report::json(&found.report),
+    });
+    report::exit_code(&found.report)
 }
 
 /// Writes to stdout, ignoring a closed pipe (`| head`) instead of panicking.

@@ -18,6 +18,7 @@
 
 pub mod admission;
 pub mod allowlist;
+pub mod audit;
 pub mod check;
 pub mod cli;
 pub mod judge;

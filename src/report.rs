@@ -279,3 +279,54 @@ pub fn exit_code(report: &Report) -> u8 {
         u8::from(report.has_findings())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{BAD, REPO, incident_allowlist};
+
+    #[test]
+    fn cluster_objects_are_named_with_their_owner_chain() {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "models"},
+            "spec": {"containers": [{"name": "ovms", "image": format!("{REPO}@{BAD}")}]}});
+        let j = crate::judge::judge(
+            &pod,
+            None,
+            &crate::policy::Policy::default(),
+            &incident_allowlist(),
+        );
+        let mut object = ObjectReport::new("cluster:e2e".into(), &pod, &j, |_| None);
+        object.owners = vec![
+            Owner {
+                kind: "ReplicaSet".into(),
+                name: "d-1".into(),
+            },
+            Owner {
+                kind: "Deployment".into(),
+                name: "d".into(),
+            },
+        ];
+        let mut report = Report::default();
+        report.push(object);
+        let text = text(&report, None);
+        assert!(
+            text.starts_with("models/Pod/p (ReplicaSet d-1 ← Deployment d): rewrite: container \"ovms\""),
+            "{text}"
+        );
+        assert_eq!(exit_code(&report), 1);
+        let json: Value = serde_json::from_str(&json(&report)).unwrap();
+        let r = &json["results"][0];
+        assert_eq!(
+            (
+                r["document"].is_null(),
+                r["line"].is_null(),
+                r["images"][0]["line"].is_null()
+            ),
+            (true, true, true)
+        );
+        assert_eq!(r["images"][0]["code"], "digest_not_promoted");
+        report.errors.push("cannot list".into());
+        assert_eq!(exit_code(&report), 2);
+    }
+}

@@ -54,30 +54,47 @@ static SPEC: Shape = Shape::Object(
 );
 static TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)], &[]);
 static JOB_TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)], &[]);
-static METADATA: Shape = Shape::Object(
-    &[
-        ("name", &KEEP),
-        ("generateName", &KEEP),
-        ("namespace", &KEEP),
-        ("annotations", &KEEP),
-        ("deletionTimestamp", &KEEP),
-    ],
-    &[],
-);
+/// The metadata reviews and patches need, and `$extra` fields.
+macro_rules! metadata_shape {
+    ($($extra:literal),*) => {
+        Shape::Object(
+            &[
+                ("name", &KEEP),
+                ("generateName", &KEEP),
+                ("namespace", &KEEP),
+                ("annotations", &KEEP),
+                ("deletionTimestamp", &KEEP),
+                $(($extra, &KEEP)),*
+            ],
+            &[],
+        )
+    };
+}
+static METADATA: Shape = metadata_shape!();
+/// An object's top level around its `metadata` shape.
+macro_rules! object_shape {
+    ($metadata:expr) => {
+        Shape::Object(
+            &[
+                ("apiVersion", &KEEP),
+                ("kind", &KEEP),
+                ("metadata", $metadata),
+                ("spec", &SPEC),
+                ("template", &TEMPLATE),
+                ("data", &KEEP),
+                ("objects", &OBJECTS),
+            ],
+            &[],
+        )
+    };
+}
 /// A Kubernetes object as the walkers read it.
-pub static OBJECT: Shape = Shape::Object(
-    &[
-        ("apiVersion", &KEEP),
-        ("kind", &KEEP),
-        ("metadata", &METADATA),
-        ("spec", &SPEC),
-        ("template", &TEMPLATE),
-        ("data", &KEEP),
-        ("objects", &OBJECTS),
-    ],
-    &[],
-);
+pub static OBJECT: Shape = object_shape!(&METADATA);
 static OBJECTS: Shape = Shape::List(&OBJECT);
+static LISTED_METADATA: Shape = metadata_shape!("uid", "ownerReferences");
+/// A Kubernetes object as `audit` reads it from a list: [`OBJECT`] and the
+/// object's uid and owner references, which name what to fix.
+pub static LISTED: Shape = object_shape!(&LISTED_METADATA);
 
 /// Decodes a value keeping only what `shape` names. A value whose JSON type
 /// does not match its shape is kept whole, so the walkers still see (and

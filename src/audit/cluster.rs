@@ -1,0 +1,200 @@
+//! The connection `audit` reads through: a kube client from a kubeconfig
+//! (or the pod's in-cluster config), and errors worded for the person who
+//! has to fix them, each naming the server and the context.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Where to connect, as the command line says it.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `--kubeconfig`; without it `$KUBECONFIG`, `~/.kube/config`, and
+    /// inside a pod the in-cluster config.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context`; without it the kubeconfig's current context.
+    pub context: Option<String>,
+    /// Bounds connecting and each response.
+    pub timeout: Option<Duration>,
+}
+
+/// A client and what error messages name it by.
+#[derive(Clone)]
+pub struct Connection {
+    pub client: Client,
+    /// The context's name, or `in-cluster`.
+    pub context: String,
+    /// The apiserver's URL.
+    pub server: String,
+    /// The context's namespace (`default` when it names none).
+    pub namespace: String,
+}
+
+impl Connection {
+    /// The connection `settings` describe. Nothing is sent yet: an
+    /// unreachable server shows on the first request.
+    pub async fn open(settings: &Settings) -> Result<Connection, String> {
+        rustls_provider();
+        let (mut config, context) = config(settings).await?;
+        if let Some(t) = settings.timeout {
+            config.connect_timeout = Some(t);
+            config.read_timeout = Some(t);
+            config.write_timeout = Some(t);
+        }
+        let server = config.cluster_url.to_string();
+        let server = server.trim_end_matches('/').to_owned();
+        let namespace = config.default_namespace.clone();
+        let client = Client::try_from(config).map_err(|e| {
+            format!(
+                "cannot set up a client for {server} (context \"{context}\"): {}",
+                chain(&e)
+            )
+        })?;
+        Ok(Connection {
+            client,
+            context,
+            server,
+            namespace,
+        })
+    }
+
+    /// Words a failed request `doing` (e.g. `list Pods in namespace "x"`)
+    /// for a person: the apiserver's own message when it answered, what
+    /// could not be reached when it did not.
+    pub fn describe(&self, doing: &str, e: &kube::Error) -> Failure {
+        let at = format!("{} (context \"{}\")", self.server, self.context);
+        match e {
+            kube::Error::Api(status) if status.code == 401 => Failure::Fatal(format!(
+                "the cluster at {at} refused the credentials (401 Unauthorized: {}); the token may have expired: log in again or refresh the kubeconfig",
+                status.message
+            )),
+            kube::Error::Api(status) => Failure::Request(format!(
+                "cannot {doing}: {} ({} {})",
+                status.message, status.code, status.reason
+            )),
+            kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                Failure::Fatal(format!("cannot reach the cluster at {at}: {}", chain(e)))
+            }
+            other => Failure::Request(format!("cannot {doing} from {at}: {}", chain(other))),
+        }
+    }
+}
+
+/// How bad a failed request is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Nothing more can be read: the server is unreachable or refuses the
+    /// credentials.
+    Fatal(String),
+    /// This request failed (e.g. RBAC forbids a kind); others may work.
+    Request(String),
+}
+
+impl Failure {
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Fatal(m) | Failure::Request(m) => m,
+        }
+    }
+}
+
+/// kube's client builds rustls configs from the process default provider:
+/// make it ring, the server's provider, so no second crypto library links.
+fn rustls_provider() {
+    // Err means one is installed already, which is fine.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+async fn config(settings: &Settings) -> Result<(Config, String), String> {
+    let options = KubeConfigOptions {
+        context: settings.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let (kubeconfig, from) = match &settings.kubeconfig {
+        Some(path) => (
+            Kubeconfig::read_from(path)
+                .map_err(|e| format!("--kubeconfig {}: {}", path.display(), chain(&e)))?,
+            path.display().to_string(),
+        ),
+        None => match kubeconfig_from_env()? {
+            Some(found) => found,
+            None if settings.context.is_some() => {
+                return Err("--context needs a kubeconfig: none at $KUBECONFIG or ~/.kube/config".into());
+            }
+            None => {
+                let config = Config::incluster().map_err(|e| {
+                    format!(
+                        "no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig) and not in a pod: {}",
+                        chain(&e)
+                    )
+                })?;
+                return Ok((config, "in-cluster".into()));
+            }
+        },
+    };
+    let context = match settings
+        .context
+        .clone()
+        .or_else(|| kubeconfig.current_context.clone())
+    {
+        Some(c) => c,
+        None => return Err(format!("{from}: no current context; pass --context")),
+    };
+    if !kubeconfig.contexts.iter().any(|c| c.name == context) {
+        let known: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
+        return Err(format!(
+            "{from}: no context \"{context}\" (contexts: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
+    let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| format!("{from}: context \"{context}\": {}", chain(&e)))?;
+    Ok((config, context))
+}
+
+/// `$KUBECONFIG` (its files merged, as kubectl merges them) or
+/// `~/.kube/config`, with what messages call it.
+fn kubeconfig_from_env() -> Result<Option<(Kubeconfig, String)>, String> {
+    if let Some(paths) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+        let shown = paths.to_string_lossy().into_owned();
+        return match Kubeconfig::from_env() {
+            Ok(Some(k)) => Ok(Some((k, shown))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(format!("$KUBECONFIG {shown}: {}", chain(&e))),
+        };
+    }
+    let Some(home) = std::env::var_os("HOME") else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(home).join(".kube").join("config");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let shown = path.display().to_string();
+    Kubeconfig::read_from(&path)
+        .map(|k| Some((k, shown.clone())))
+        .map_err(|e| format!("{shown}: {}", chain(&e)))
+}
+
+/// An error and its sources, `a: b: c`, without repeats (hyper and kube
+/// often include their source's text in their own).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

@@ -1,0 +1,406 @@
+//! `digest-gate audit`: judges what is already in a cluster, as `check`
+//! judges files and the webhook judges what is written. An admission
+//! webhook never sees objects stored before it was installed or before the
+//! allowlist changed; the incident's stale ConfigMap was such an object.
+//!
+//! One run: discover which of the [kinds](crate::objects::kinds) the cluster
+//! serves, list each (paginated, decoding only what the walkers read, so a
+//! big cluster is never in memory at once), judge every object with
+//! [`judge`](crate::judge) and report it with [`report`](crate::report),
+//! naming each object's owner chain. Nothing is written.
+
+mod cluster;
+mod owners;
+
+use std::collections::BTreeSet;
+
+use kube::core::{ApiResource, Request, discovery::Scope as ApiScope, params::ListParams};
+use kube::discovery::{ApiCapabilities, Discovery, verbs};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::allowlist::Allowlist;
+use crate::judge;
+use crate::objects::{self, KINDS, Kind, Layout};
+use crate::policy::Policy;
+use crate::report::{ObjectReport, Report};
+
+pub use cluster::{Connection, Failure, Settings, chain};
+
+/// Which namespaces are read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every namespace (`-A`), or those matching a label selector
+    /// (`--namespace-selector`). Cluster-scoped kinds are read too.
+    All { namespace_selector: Option<String> },
+    /// These namespaces (`-n`). Cluster-scoped kinds are read only when
+    /// `--kinds` names them.
+    Namespaces(Vec<String>),
+}
+
+/// What to read.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub scope: Scope,
+    /// `-l`: only objects with these labels.
+    pub label_selector: Option<String>,
+    /// `--kinds`: only these, and each must be served and readable. `None`
+    /// reads every kind the cluster serves.
+    pub kinds: Option<Vec<&'static Kind>>,
+}
+
+/// What one run read and found.
+#[derive(Debug, Clone, Default)]
+pub struct Audit {
+    pub report: Report,
+    /// Objects read per kind, in table order.
+    pub read: Vec<(&'static str, usize)>,
+}
+
+/// The kind named `name`: its kind name or its resource name, any case
+/// (`Pod`, `pods`, `servingruntime`).
+pub fn kind_named(name: &str) -> Option<&'static Kind> {
+    let lower = name.to_ascii_lowercase();
+    KINDS.iter().find(|k| {
+        let kind = k.name.to_ascii_lowercase();
+        lower == kind || lower == format!("{kind}s")
+    })
+}
+
+/// Objects per page: ConfigMaps and Templates may be up to 1 MiB each, so
+/// their pages are small to keep a page's memory bounded.
+fn page_size(kind: &Kind) -> u32 {
+    match kind.layout {
+        Layout::EmbeddedRuntimes | Layout::Template => 20,
+        _ => 500,
+    }
+}
+
+/// Reads and judges `target` through `connection`. `Err` is a failure that
+/// stops the run (unreachable server, refused credentials); anything that
+/// could not be read but did not stop it is in the report's errors.
+pub async fn run(
+    connection: &Connection,
+    target: &Target,
+    policy: &Policy,
+    allowlist: &Allowlist,
+) -> Result<Audit, String> {
+    let source = format!("cluster:{}", connection.context);
+    let mut audit = Audit::default();
+    let served = discover(connection, target, &mut audit.report).await?;
+    let namespaces = namespaces(connection, &target.scope, &mut audit.report).await?;
+    let mut owners = owners::Index::default();
+    let mut controllers = Vec::new();
+    for (kind, resource, caps) in &served {
+        let mut lister = Lister {
+            connection,
+            resource,
+            page: page_size(kind),
+            label_selector: target.label_selector.as_deref(),
+            read: 0,
+        };
+        let places = match (&caps.scope, &namespaces) {
+            (ApiScope::Cluster, Namespaces::Given(_))
+                if !target
+                    .kinds
+                    .as_ref()
+                    .is_some_and(|ks| ks.iter().any(|k| std::ptr::eq(*k, *kind))) =>
+            {
+                audit.report.notes.push(format!(
+                    "{}s are cluster-scoped: not read with -n (use -A, or --kinds {})",
+                    kind.name, kind.name
+                ));
+                continue;
+            }
+            (ApiScope::Cluster, _) | (_, Namespaces::All | Namespaces::Selected(_)) => vec![None],
+            (ApiScope::Namespaced, Namespaces::Given(list)) => list.iter().map(Some).collect(),
+        };
+        for namespace in places {
+            let judged = lister.list(namespace.map(String::as_str), |object| {
+                if let Namespaces::Selected(set) = &namespaces {
+                    let ns = object.pointer("/metadata/namespace").and_then(Value::as_str);
+                    if ns.is_some_and(|ns| !set.contains(ns)) {
+                        return;
+                    }
+                }
+                owners.add(kind.name, &object);
+                let j = judge::judge_as(&resource.group, kind.name, &object, None, policy, allowlist);
+                controllers.push(owners::controller_uid(&object));
+                audit
+                    .report
+                    .push(ObjectReport::new(source.clone(), &object, &j, |_| None));
+            });
+            match judged.await {
+                Ok(()) => {}
+                Err(Failure::Fatal(m)) => return Err(m),
+                Err(Failure::Request(m)) => audit.report.errors.push(m),
+            }
+        }
+        audit.read.push((kind.name, lister.read));
+    }
+    for (result, uid) in audit.report.results.iter_mut().zip(&controllers) {
+        if let Some(uid) = uid {
+            result.owners = owners.chain(&result.owners, uid);
+        }
+    }
+    Ok(audit)
+}
+
+/// The kinds to read that the cluster serves, each with the resource it is
+/// listed as (the first of its groups served, in its most stable version).
+async fn discover(
+    connection: &Connection,
+    target: &Target,
+    report: &mut Report,
+) -> Result<Vec<(&'static Kind, ApiResource, ApiCapabilities)>, String> {
+    let wanted: Vec<&'static Kind> = target.kinds.clone().unwrap_or_else(|| KINDS.iter().collect());
+    let groups: BTreeSet<&str> = wanted.iter().flat_map(|k| k.groups.iter().copied()).collect();
+    let groups: Vec<&str> = groups.into_iter().collect();
+    let discovery = Discovery::new(connection.client.clone())
+        .filter(&groups)
+        .run()
+        .await
+        .map_err(|e| {
+            connection
+                .describe("discover the cluster's APIs", &e)
+                .message()
+                .to_owned()
+        })?;
+    let mut served = Vec::new();
+    for kind in wanted {
+        let found = kind.groups.iter().find_map(|g| {
+            discovery
+                .get(g)?
+                .resources_by_stability()
+                .into_iter()
+                .find(|(r, _)| r.kind == kind.name)
+        });
+        match found {
+            Some((resource, caps)) if caps.supports_operation(verbs::LIST) => {
+                served.push((kind, resource, caps));
+            }
+            Some((resource, _)) => report.notes.push(format!(
+                "{}s ({}) cannot be listed on this cluster: not read",
+                kind.name, resource.api_version
+            )),
+            None if target.kinds.is_some() => report.errors.push(format!(
+                "the cluster does not serve {}s (API group {}): is its CRD installed?",
+                kind.name,
+                groups_text(kind)
+            )),
+            None => report.notes.push(format!(
+                "the cluster does not serve {}s (API group {}): not read",
+                kind.name,
+                groups_text(kind)
+            )),
+        }
+    }
+    Ok(served)
+}
+
+fn groups_text(kind: &Kind) -> String {
+    let names: Vec<&str> = kind
+        .groups
+        .iter()
+        .map(|g| if g.is_empty() { "core" } else { g })
+        .collect();
+    names.join(" or ")
+}
+
+/// The namespaces to read, resolved.
+enum Namespaces {
+    All,
+    /// Those matching `--namespace-selector`.
+    Selected(BTreeSet<String>),
+    /// Those given with `-n`, each checked to exist.
+    Given(Vec<String>),
+}
+
+async fn namespaces(
+    connection: &Connection,
+    scope: &Scope,
+    report: &mut Report,
+) -> Result<Namespaces, String> {
+    let core = ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        plural: "namespaces".into(),
+    };
+    match scope {
+        Scope::All {
+            namespace_selector: None,
+        } => Ok(Namespaces::All),
+        Scope::All {
+            namespace_selector: Some(selector),
+        } => {
+            let mut set = BTreeSet::new();
+            let mut lister = Lister {
+                connection,
+                resource: &core,
+                page: 500,
+                label_selector: Some(selector),
+                read: 0,
+            };
+            let listed = lister.list(None, |ns| {
+                if let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) {
+                    set.insert(name.to_owned());
+                }
+            });
+            match listed.await {
+                Ok(()) if set.is_empty() => {
+                    Err(format!("no namespace matches --namespace-selector '{selector}'"))
+                }
+                Ok(()) => Ok(Namespaces::Selected(set)),
+                Err(f) => Err(f.message().to_owned()),
+            }
+        }
+        Scope::Namespaces(list) => {
+            let mut given = Vec::new();
+            for ns in list {
+                let request = Request::new("/api/v1/namespaces")
+                    .get(ns, &Default::default())
+                    .map_err(|e| format!("namespace \"{ns}\": {e}"))?;
+                match connection.client.request::<serde::de::IgnoredAny>(request).await {
+                    Ok(_) => given.push(ns.clone()),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        report.errors.push(format!("namespace \"{ns}\" does not exist"));
+                    }
+                    // A namespaced role may not read Namespace objects; the
+                    // lists below still say whether it can read inside.
+                    Err(kube::Error::Api(s)) if s.code == 403 => given.push(ns.clone()),
+                    Err(e) => match connection.describe(&format!("get namespace \"{ns}\""), &e) {
+                        Failure::Fatal(m) => return Err(m),
+                        Failure::Request(m) => report.errors.push(m),
+                    },
+                }
+            }
+            Ok(Namespaces::Given(given))
+        }
+    }
+}
+
+/// Lists one kind page by page.
+struct Lister<'a> {
+    connection: &'a Connection,
+    resource: &'a ApiResource,
+    /// Objects per page.
+    page: u32,
+    label_selector: Option<&'a str>,
+    /// Objects read so far.
+    read: usize,
+}
+
+/// One page of a list, each item decoded with only what the walkers read.
+#[derive(Deserialize)]
+struct Page {
+    #[serde(default)]
+    metadata: PageMeta,
+    #[serde(default)]
+    items: Vec<Listed>,
+}
+
+#[derive(Default, Deserialize)]
+struct PageMeta {
+    #[serde(rename = "continue", default)]
+    next: Option<String>,
+}
+
+struct Listed(Value);
+
+impl<'de> Deserialize<'de> for Listed {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::DeserializeSeed;
+        objects::Pruned(&objects::LISTED)
+            .deserialize(deserializer)
+            .map(Listed)
+    }
+}
+
+impl Lister<'_> {
+    /// Calls `each` with every object in `namespace` (all with `None`), its
+    /// `apiVersion` and `kind` set (list items of built-in kinds omit them).
+    async fn list(&mut self, namespace: Option<&str>, mut each: impl FnMut(Value)) -> Result<(), Failure> {
+        let r = self.resource;
+        let prefix = if r.group.is_empty() {
+            format!("/api/{}", r.version)
+        } else {
+            format!("/apis/{}/{}", r.group, r.version)
+        };
+        let path = match namespace {
+            Some(ns) => format!("{prefix}/namespaces/{ns}/{}", r.plural),
+            None => format!("{prefix}/{}", r.plural),
+        };
+        let doing = match namespace {
+            Some(ns) => format!("list {}s ({}) in namespace \"{ns}\"", r.kind, r.api_version),
+            None => format!("list {}s ({})", r.kind, r.api_version),
+        };
+        let mut params = ListParams::default().limit(self.page);
+        if let Some(selector) = self.label_selector {
+            params = params.labels(selector);
+        }
+        loop {
+            let request = Request::new(&path)
+                .list(&params)
+                .map_err(|e| Failure::Request(format!("cannot {doing}: {e}")))?;
+            let page: Page = self
+                .connection
+                .client
+                .request(request)
+                .await
+                .map_err(|e| self.connection.describe(&doing, &e))?;
+            for Listed(mut object) in page.items {
+                if let Some(map) = object.as_object_mut() {
+                    map.entry("apiVersion")
+                        .or_insert_with(|| r.api_version.clone().into());
+                    map.entry("kind").or_insert_with(|| r.kind.clone().into());
+                }
+                self.read += 1;
+                each(object);
+            }
+            match page.metadata.next.filter(|t| !t.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_named_as_kubectl_names_them() {
+        assert_eq!(kind_named("pods").map(|k| k.name), Some("Pod"));
+        assert_eq!(
+            kind_named("ServingRuntime").map(|k| k.name),
+            Some("ServingRuntime")
+        );
+        assert_eq!(kind_named("configmap").map(|k| k.name), Some("ConfigMap"));
+        assert!(kind_named("secrets").is_none());
+    }
+
+    #[test]
+    fn big_objects_come_in_small_pages() {
+        let cm = objects::kinds::find("", "ConfigMap").unwrap();
+        let pod = objects::kinds::find("", "Pod").unwrap();
+        assert!(page_size(cm) < page_size(pod));
+    }
+
+    #[test]
+    fn list_items_keep_what_names_their_owners() {
+        let page: Page = serde_json::from_str(
+            r#"{"metadata": {"continue": "abc"}, "items": [{"metadata": {"name": "p", "uid": "u",
+                "ownerReferences": [{"kind": "ReplicaSet", "name": "r", "uid": "v", "controller": true}],
+                "managedFields": [{"manager": "x"}]}, "spec": {"containers": [{"name": "c", "image": "i", "env": []}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(page.metadata.next.as_deref(), Some("abc"));
+        let object = &page.items[0].0;
+        assert_eq!(owners::controller_uid(object).as_deref(), Some("v"));
+        assert!(object.pointer("/metadata/managedFields").is_none());
+        assert!(object.pointer("/spec/containers/0/env").is_none());
+    }
+}

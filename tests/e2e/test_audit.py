@@ -1,0 +1,234 @@
+"""`digest-gate audit` on a real apiserver: what was stored before any
+webhook existed (the incident's stale ConfigMap, a runtime pinned to the
+never-promoted digest and the Deployment, ReplicaSet and Pod made from it) is
+found, with owner chains, in check's JSON schema; and every way the audit
+cannot read the cluster is a clear exit 2, never a pass."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import subprocess
+import time
+
+import pytest
+
+from cluster import ROOT, ControlPlane, free_port, wait_until
+from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, incident_runtime, load_yaml
+from support import binary
+
+ALLOWLIST = ROOT / "examples" / "allowlist.yaml"
+APPS = "redhat-ods-applications"
+MODELS = "models-audit"
+SELECTOR = "digest-gate-e2e/audit=yes"
+INCIDENT_CM = FIXTURES / "servingruntimes" / "01_rhods-1.21_odh-dashboard_servingruntimes-config.cm.yaml"
+
+
+def audit(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost"}
+    return subprocess.run([str(binary()), "audit", "--allowlist", str(ALLOWLIST), "--kubeconfig", str(kubeconfig),
+                           "--request-timeout", "10s", *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def check_json(path: pathlib.Path) -> dict:
+    r = subprocess.run([str(binary()), "check", "--allowlist", str(ALLOWLIST), "-f", str(path), "-o", "json"],
+                       capture_output=True, text=True, timeout=60)
+    return json.loads(r.stdout)
+
+
+def deployment(namespace: str, name: str, image: str, owner: dict | None = None) -> dict:
+    labels = {"app": name}
+    metadata = {"name": name, "namespace": namespace, "labels": labels}
+    if owner:
+        metadata["ownerReferences"] = [{
+            "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "ovms", "image": image}]}}}}
+
+
+@pytest.fixture(scope="module")
+def stale(cluster: ControlPlane):
+    """The cluster as an upgrade left it, before digest-gate was installed:
+    stale objects beside compliant ones, in two labelled namespaces."""
+    label = dict([SELECTOR.split("=")])
+    cluster.namespace(APPS, label)
+    cluster.namespace(MODELS, {"modelmesh-enabled": "true", **label})
+    (cm,) = load_yaml(INCIDENT_CM)
+    cluster.apply(cm, namespace=APPS)
+    cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": APPS},
+                   "data": {"key": "no runtime here"}})
+    cluster.apply(incident_runtime(MODELS))
+    good = incident_runtime(MODELS)
+    good["metadata"]["name"] = "ovms-promoted"
+    good["spec"]["containers"][0]["image"] = PROMOTED_IMAGE
+    cluster.apply(good)
+    runtime = cluster.get("servingruntime", "ovms", MODELS)
+    # ModelMesh's controller makes this Deployment, owned by the runtime.
+    cluster.apply(deployment(MODELS, "modelmesh-serving-ovms", INCIDENT_IMAGE, owner=runtime))
+    cluster.apply(deployment(MODELS, "fine", PROMOTED_IMAGE))
+    wait_until("the ReplicaSet controller's Pods",
+               lambda: len(cluster.get("pods", namespace=MODELS)["items"]) == 2)
+    yield cluster
+    for ns in (APPS, MODELS):
+        cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", timeout=120)
+
+
+def findings(report: dict) -> set[tuple[str, str, str]]:
+    return {(r["namespace"], r["kind"], r["name"]) for r in report["results"] if r["verdict"] != "allow"}
+
+
+def test_audit_finds_exactly_the_stale_objects_with_owner_chains(stale):
+    r = audit(stale.kubeconfig, "--namespace-selector", SELECTOR, "-o", "json")
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert findings(report) == {
+        (APPS, "ConfigMap", "servingruntimes-config"),
+        (MODELS, "ServingRuntime", "ovms"),
+        (MODELS, "Deployment", "modelmesh-serving-ovms"),
+        (MODELS, "ReplicaSet", next(r["name"] for r in report["results"] if r["kind"] == "ReplicaSet"
+                                    and r["name"].startswith("modelmesh-serving-ovms-"))),
+        (MODELS, "Pod", next(r["name"] for r in report["results"] if r["kind"] == "Pod"
+                             and r["name"].startswith("modelmesh-serving-ovms-"))),
+    }
+    # Everything else read in those namespaces complies.
+    kinds = {(r["kind"], r["name"]) for r in report["results"] if r["verdict"] == "allow"}
+    assert {("ServingRuntime", "ovms-promoted"), ("Deployment", "fine"), ("ConfigMap", "plain")} <= kinds
+    assert all(r["namespace"] in (APPS, MODELS) for r in report["results"] if r["namespace"])
+
+    (pod,) = [r for r in report["results"] if r["kind"] == "Pod" and r["verdict"] != "allow"]
+    assert [o["kind"] for o in pod["owners"]] == ["ReplicaSet", "Deployment", "ServingRuntime"]
+    assert [o["name"] for o in pod["owners"]][1:] == ["modelmesh-serving-ovms", "ovms"]
+    (image,) = pod["images"]
+    assert (image["image"], image["rewrite"], image["code"]) == (INCIDENT_IMAGE, PROMOTED_IMAGE,
+                                                                 "digest_not_promoted")
+
+    # check's schema, from the same report type: the same keys, and a
+    # cluster's object has no file position.
+    (cm,) = [r for r in report["results"] if r["kind"] == "ConfigMap" and r["verdict"] != "allow"]
+    (from_file,) = check_json(INCIDENT_CM)["results"]
+    assert cm.keys() == from_file.keys()
+    assert cm["images"][0].keys() == from_file["images"][0].keys()
+    assert (cm["source"], cm["document"], cm["item"], cm["line"]) == ("cluster:e2e", None, None, None)
+    assert cm["images"][0]["line"] is None
+    assert {k: v for k, v in cm["images"][0].items() if k != "line"} == \
+        {k: v for k, v in from_file["images"][0].items() if k != "line"}
+    assert report["summary"]["rewrite"] == 5 and report["summary"]["deny"] == 0
+
+
+def test_audit_text_names_each_object_and_what_owns_it(stale):
+    r = audit(stale.kubeconfig, "-n", MODELS, "-n", APPS)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith(f"{APPS}/ConfigMap/servingruntimes-config: rewrite: container \"ovms\"")
+               for line in lines), r.stdout
+    (pod_line,) = [line for line in lines if line.startswith(f"{MODELS}/Pod/")]
+    assert " ← Deployment modelmesh-serving-ovms ← ServingRuntime ovms): rewrite: " in pod_line
+    assert "sha256:7ef272bc7be8 was never promoted" in pod_line
+    # -n leaves cluster-scoped kinds out, and says so; what was read is named.
+    assert "note: ClusterServingRuntimes are cluster-scoped: not read with -n" in r.stdout
+    assert "note: the cluster does not serve Templates" in r.stdout
+    (read,) = [line for line in lines if line.startswith("note: read from https://127.0.0.1:")]
+    assert "Pod 2" in read and "ServingRuntime 2" in read
+    assert lines[-1].endswith("5 to rewrite, 0 denied, 0 skipped")
+
+
+def test_narrowing_to_compliant_objects_exits_0(stale):
+    r = audit(stale.kubeconfig, "-n", MODELS, "-l", "app=fine", "--kinds", "Deployment,ReplicaSet,Pod")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 objects checked: 3 allowed" in r.stdout
+
+
+# --- what the audit cannot read is exit 2, and says why ---------------------
+
+def kubeconfig_with(cluster: ControlPlane, path: pathlib.Path, *, server: str | None = None,
+                    token: str | None = None) -> pathlib.Path:
+    config = json.loads(cluster.kubeconfig.read_text())
+    if server:
+        config["clusters"][0]["cluster"]["server"] = server
+    if token:
+        config["users"][0]["user"]["token"] = token
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_an_unreachable_server_is_named(stale, tmp_path):
+    server = f"https://127.0.0.1:{free_port()}"
+    r = audit(kubeconfig_with(stale, tmp_path / "kc", server=server), "-A")
+    assert r.returncode == 2
+    assert f"error: cannot reach the cluster at {server} (context \"e2e\")" in r.stderr, r.stderr
+    assert "onnection refused" in r.stderr
+    assert r.stdout == ""
+
+
+def test_a_missing_context_and_a_missing_namespace(stale):
+    r = audit(stale.kubeconfig, "--context", "prod")
+    assert r.returncode == 2
+    assert r.stderr.strip().endswith('no context "prod" (contexts: e2e)'), r.stderr
+    r = audit(stale.kubeconfig, "-n", "no-such-namespace")
+    assert r.returncode == 2
+    assert 'error: namespace "no-such-namespace" does not exist' in r.stdout, r.stdout
+
+
+def service_account_token(cluster: ControlPlane, namespace: str, name: str, *, expires_in: int) -> str:
+    """A bound service-account token as the apiserver's TokenRequest would
+    mint it, signed with the control plane's key, expiring in `expires_in`
+    seconds (negative: already expired)."""
+    sa = cluster.get("serviceaccount", name, namespace)
+    now = int(time.time())
+    issuer = "https://kubernetes.default.svc.cluster.local"
+    claims = {"iss": issuer, "aud": [issuer], "sub": f"system:serviceaccount:{namespace}:{name}",
+              "iat": now - 3600, "nbf": now - 3600, "exp": now + expires_in,
+              "kubernetes.io": {"namespace": namespace,
+                                "serviceaccount": {"name": name, "uid": sa["metadata"]["uid"]}}}
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    signing_input = b64(json.dumps({"alg": "RS256", "typ": "JWT"}).encode()) + "." + b64(json.dumps(claims).encode())
+    signature = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(cluster.pki / "sa.key")],
+                               input=signing_input.encode(), capture_output=True, check=True).stdout
+    return signing_input + "." + b64(signature)
+
+
+@pytest.fixture(scope="module")
+def auditor(stale):
+    """A ServiceAccount that may list Pods in the models namespace, and
+    nothing else."""
+    stale.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "auditor", "namespace": MODELS}})
+    stale.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                 "metadata": {"name": "pod-reader", "namespace": MODELS},
+                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]})
+    stale.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": "auditor", "namespace": MODELS},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+                 "subjects": [{"kind": "ServiceAccount", "name": "auditor", "namespace": MODELS}]})
+    return "auditor"
+
+
+def test_rbac_that_forbids_a_kind_is_exit_2_naming_the_kind(stale, auditor, tmp_path):
+    token = service_account_token(stale, MODELS, auditor, expires_in=600)
+    kc = kubeconfig_with(stale, tmp_path / "kc", token=token)
+    # What it may read, it reads: the stale Pod is found.
+    r = audit(kc, "-n", MODELS, "--kinds", "Pod")
+    assert r.returncode == 1, r.stdout + r.stderr
+    # Everything else is refused: each kind it could not read is named, with
+    # the apiserver's reason, and the run does not pass.
+    r = audit(kc, "-n", MODELS)
+    assert r.returncode == 2, r.stdout
+    assert (f'error: cannot list ServingRuntimes (serving.kserve.io/v1alpha1) in namespace "{MODELS}": '
+            f'servingruntimes.serving.kserve.io is forbidden: User "system:serviceaccount:{MODELS}:auditor" '
+            f'cannot list resource "servingruntimes" in API group "serving.kserve.io" in the namespace '
+            f'"{MODELS}" (403 Forbidden)') in r.stdout, r.stdout
+    assert "cannot list Deployments (apps/v1)" in r.stdout
+
+
+def test_an_expired_token_is_refused_with_a_hint(stale, auditor, tmp_path):
+    token = service_account_token(stale, MODELS, auditor, expires_in=-60)
+    r = audit(kubeconfig_with(stale, tmp_path / "kc", token=token), "-n", MODELS, "--kinds", "Pod")
+    assert r.returncode == 2
+    assert "refused the credentials (401 Unauthorized" in r.stderr, r.stderr
+    assert "the token may have expired" in r.stderr
