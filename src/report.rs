@@ -162,14 +162,19 @@ fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, line: Option<usi
 
 /// The object's controller (`ownerReferences[]` with `controller: true`).
 pub fn controller_of(object: &Value) -> Option<Owner> {
-    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
-    let owner = refs
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
+    let owner = controller_reference(object)?;
     Some(Owner {
         kind: owner.get("kind")?.as_str()?.to_owned(),
         name: owner.get("name")?.as_str()?.to_owned(),
     })
+}
+
+/// The `ownerReferences[]` entry with `controller: true` (at most one is,
+/// as the apiserver enforces).
+pub fn controller_reference(object: &Value) -> Option<&Value> {
+    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
+    refs.iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
 }
 
 // === impl Report ===

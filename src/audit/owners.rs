@@ -64,16 +64,13 @@ pub fn controller_uid(object: &Value) -> Option<String> {
 }
 
 fn controller(object: &Value) -> Option<Reference> {
-    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
-    let r = refs
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
+    let owner = crate::report::controller_of(object)?;
+    let uid = crate::report::controller_reference(object)?
+        .get("uid")?
+        .as_str()?;
     Some(Reference {
-        uid: r.get("uid")?.as_str()?.to_owned(),
-        owner: Owner {
-            kind: r.get("kind")?.as_str()?.to_owned(),
-            name: r.get("name")?.as_str()?.to_owned(),
-        },
+        uid: uid.to_owned(),
+        owner,
     })
 }
 
