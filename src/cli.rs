@@ -473,7 +473,14 @@ fn run_audit(args: &AuditArgs) -> u8 {
         } else if args.namespaces.is_empty() {
             audit::Scope::Namespaces(vec![connection.namespace.clone()])
         } else {
-            audit::Scope::Namespaces(args.namespaces.clone())
+            // `-n a -n a` reads a once.
+            let mut given: Vec<String> = Vec::new();
+            for ns in &args.namespaces {
+                if !given.contains(ns) {
+                    given.push(ns.clone());
+                }
+            }
+            audit::Scope::Namespaces(given)
         };
         let target = audit::Target {
             scope,
