@@ -74,9 +74,15 @@ impl Connection {
                 "cannot {doing}: {} ({} {})",
                 status.message, status.code, status.reason
             )),
-            kube::Error::HyperError(_) | kube::Error::Service(_) => {
-                Failure::Fatal(format!("cannot reach the cluster at {at}: {}", chain(e)))
+            // kube's own "ServiceError:"/"HyperError:" prefixes say nothing
+            // to the reader; the causes do.
+            kube::Error::HyperError(cause) => {
+                Failure::Fatal(format!("cannot reach the cluster at {at}: {}", chain(cause)))
             }
+            kube::Error::Service(cause) => Failure::Fatal(format!(
+                "cannot reach the cluster at {at}: {}",
+                chain(cause.as_ref())
+            )),
             other => Failure::Request(format!("cannot {doing} from {at}: {}", chain(other))),
         }
     }
