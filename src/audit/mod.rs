@@ -92,13 +92,13 @@ pub async fn run(
     let mut owners = owners::Index::default();
     let mut controllers = Vec::new();
     for (kind, resource, caps) in &served {
-        let mut lister = Lister {
+        let lister = Lister {
             connection,
             resource,
             page: page_size(kind),
             label_selector: target.label_selector.as_deref(),
-            read: 0,
         };
+        let before = audit.report.results.len();
         let places = match (&caps.scope, &namespaces) {
             (ApiScope::Cluster, Namespaces::Given(_))
                 if !target
@@ -136,7 +136,9 @@ pub async fn run(
                 Err(Failure::Request(m)) => audit.report.errors.push(m),
             }
         }
-        audit.read.push((kind.name, lister.read));
+        // What was judged: with --namespace-selector, objects of other
+        // namespaces are listed but not read.
+        audit.read.push((kind.name, audit.report.results.len() - before));
     }
     for (result, uid) in audit.report.results.iter_mut().zip(&controllers) {
         if let Some(uid) = uid {
@@ -236,12 +238,11 @@ async fn namespaces(
             namespace_selector: Some(selector),
         } => {
             let mut set = BTreeSet::new();
-            let mut lister = Lister {
+            let lister = Lister {
                 connection,
                 resource: &core,
                 page: 500,
                 label_selector: Some(selector),
-                read: 0,
             };
             let listed = lister.list(None, |ns| {
                 if let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) {
@@ -288,8 +289,6 @@ struct Lister<'a> {
     /// Objects per page.
     page: u32,
     label_selector: Option<&'a str>,
-    /// Objects read so far.
-    read: usize,
 }
 
 /// One page of a list, each item decoded with only what the walkers read.
@@ -321,7 +320,7 @@ impl<'de> Deserialize<'de> for Listed {
 impl Lister<'_> {
     /// Calls `each` with every object in `namespace` (all with `None`), its
     /// `apiVersion` and `kind` set (list items of built-in kinds omit them).
-    async fn list(&mut self, namespace: Option<&str>, mut each: impl FnMut(Value)) -> Result<(), Failure> {
+    async fn list(&self, namespace: Option<&str>, mut each: impl FnMut(Value)) -> Result<(), Failure> {
         let r = self.resource;
         let prefix = if r.group.is_empty() {
             format!("/api/{}", r.version)
@@ -356,7 +355,6 @@ impl Lister<'_> {
                         .or_insert_with(|| r.api_version.clone().into());
                     map.entry("kind").or_insert_with(|| r.kind.clone().into());
                 }
-                self.read += 1;
                 each(object);
             }
             match page.metadata.next.filter(|t| !t.is_empty()) {
