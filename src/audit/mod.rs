@@ -25,7 +25,7 @@ use crate::objects::{self, KINDS, Kind, Layout};
 use crate::policy::Policy;
 use crate::report::{ObjectReport, Report};
 
-pub use cluster::{Connection, Failure, Settings, chain};
+pub use cluster::{Connection, Failure, Settings};
 
 /// Which namespaces are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
