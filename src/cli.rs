@@ -206,6 +206,16 @@ pub struct AuditArgs {
     /// long, e.g. 30s.
     #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: std::time::Duration,
+    /// Write the results as wgpolicyk8s.io/v1alpha2 PolicyReports (one per
+    /// namespace, named digest-gate) and a ClusterPolicyReport. A report
+    /// speaks for everything in its namespace, so this cannot be narrowed
+    /// with -l or --kinds.
+    #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS", conflicts_with_all = ["selector", "kinds"])]
+    pub policy_reports: bool,
+    /// Write a Warning Event (reason UnpromotedImage) on each object with a
+    /// finding, once per finding.
+    #[arg(long, env = "DIGEST_GATE_EVENTS")]
+    pub events: bool,
 }
 
 /// Log line formats.
@@ -487,7 +497,12 @@ fn run_audit(args: &AuditArgs) -> u8 {
             label_selector: args.selector.clone(),
             kinds: (!kinds.is_empty()).then_some(kinds),
         };
-        let found = audit::run(&connection, &target, &policy, &loaded.allowlist).await?;
+        let mut found = audit::run(&connection, &target, &policy, &loaded.allowlist).await?;
+        let writes = audit::Writes {
+            policy_reports: args.policy_reports,
+            events: args.events,
+        };
+        audit::write(&connection, &mut found, writes).await?;
         Ok::<_, String>((connection, found))
     });
     let (connection, mut found) = match result {

@@ -57,6 +57,10 @@ pub struct ObjectReport {
     pub kind: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// The object's uid, for what `audit` writes about it (policy report
+    /// resources, Events); not part of the JSON contract.
+    #[serde(skip)]
+    pub uid: Option<String>,
     /// The controllers the object belongs to, nearest first: what a person
     /// has to change so the finding does not come back.
     pub owners: Vec<Owner>,
@@ -114,6 +118,7 @@ impl ObjectReport {
             kind: text("/kind"),
             namespace: text("/metadata/namespace"),
             name: text("/metadata/name"),
+            uid: text("/metadata/uid"),
             owners: controller_of(object).into_iter().collect(),
             verdict: j.verdict,
             images,

@@ -11,6 +11,7 @@
 
 mod cluster;
 mod owners;
+pub mod write;
 
 use std::collections::BTreeSet;
 
@@ -26,6 +27,7 @@ use crate::policy::Policy;
 use crate::report::{ObjectReport, Report};
 
 pub use cluster::{Connection, Failure, Settings};
+pub use write::Written;
 
 /// Which namespaces are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +57,24 @@ pub struct Audit {
     pub report: Report,
     /// Objects read per kind, in table order.
     pub read: Vec<(&'static str, usize)>,
+    /// Where everything was read: what a policy report may speak for.
+    pub covered: Covered,
+}
+
+/// Where a run read every object digest-gate judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Covered {
+    /// `None`: every namespace.
+    pub namespaces: Option<BTreeSet<String>>,
+    /// Whether the cluster-scoped kinds were read.
+    pub cluster: bool,
+}
+
+/// What to write after reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Writes {
+    pub policy_reports: bool,
+    pub events: bool,
 }
 
 /// The kind named `name`: its kind name or its resource name, any case
@@ -89,6 +109,11 @@ pub async fn run(
     let mut audit = Audit::default();
     let served = discover(connection, target, &mut audit.report).await?;
     let namespaces = namespaces(connection, &target.scope, &mut audit.report).await?;
+    audit.covered.namespaces = match &namespaces {
+        Namespaces::All => None,
+        Namespaces::Selected(set) => Some(set.clone()),
+        Namespaces::Given(list) => Some(list.iter().cloned().collect()),
+    };
     let mut owners = owners::Index::default();
     let mut controllers = Vec::new();
     for (kind, resource, caps) in &served {
@@ -112,7 +137,11 @@ pub async fn run(
                 ));
                 continue;
             }
-            (ApiScope::Cluster, _) | (_, Namespaces::All | Namespaces::Selected(_)) => vec![None],
+            (ApiScope::Cluster, _) => {
+                audit.covered.cluster = true;
+                vec![None]
+            }
+            (_, Namespaces::All | Namespaces::Selected(_)) => vec![None],
             (ApiScope::Namespaced, Namespaces::Given(list)) => list.iter().map(Some).collect(),
         };
         for namespace in places {
@@ -146,6 +175,37 @@ pub async fn run(
         }
     }
     Ok(audit)
+}
+
+/// Writes what `writes` asks for about `audit`, and notes what was written.
+/// Policy reports are written only from a complete read: a report written
+/// from a partial one would drop the results of what could not be read.
+pub async fn write(connection: &Connection, audit: &mut Audit, writes: Writes) -> Result<(), String> {
+    let now = std::time::SystemTime::now();
+    let mut done = Vec::new();
+    if writes.policy_reports {
+        if audit.report.errors.is_empty() {
+            let w = write::policy_reports(connection, &audit.report, &audit.covered, now).await?;
+            done.push(("policy reports", w));
+        } else {
+            audit
+                .report
+                .notes
+                .push("policy reports not written: not everything could be read (see the errors)".into());
+        }
+    }
+    if writes.events {
+        done.push(("events", write::events(connection, &audit.report, now).await?));
+    }
+    for (what, w) in done {
+        audit.report.notes.push(format!(
+            "{what}: {} created, {} updated, {} unchanged",
+            w.created, w.updated, w.unchanged
+        ));
+        audit.report.notes.extend(w.notes);
+        audit.report.errors.extend(w.errors);
+    }
+    Ok(())
 }
 
 /// The kinds to read that the cluster serves, each with the resource it is

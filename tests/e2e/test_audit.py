@@ -232,3 +232,105 @@ def test_an_expired_token_is_refused_with_a_hint(stale, auditor, tmp_path):
     assert r.returncode == 2
     assert "refused the credentials (401 Unauthorized" in r.stderr, r.stderr
     assert "the token may have expired" in r.stderr
+
+
+# --- what --policy-reports and --events write --------------------------------
+# Last in the file: these add and change objects the tests above count.
+
+POLICY_REPORT_CRDS = ROOT / "charts" / "digest-gate" / "files" / "policyreport"
+# What was written, in the version written (kubectl prefers v1beta1).
+POLICY_REPORT = "policyreports.v1alpha2.wgpolicyk8s.io"
+
+
+@pytest.fixture(scope="module")
+def report_crds(stale):
+    """The wgpolicyk8s.io CRDs the chart ships (Kyverno installs the same)."""
+    for crd in sorted(POLICY_REPORT_CRDS.glob("*.yaml")):
+        stale.kubectl("apply", "-f", str(crd))
+    for crd in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
+        stale.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    return stale
+
+
+def results_by_object(report: dict) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for r in report["results"]:
+        (res,) = r["resources"]
+        assert r["policy"] == "digest-gate" and res["uid"], r
+        out.setdefault((res["kind"], res["name"]), set()).add(r["result"])
+    return out
+
+
+def our_events(cluster: ControlPlane, namespace: str) -> list[dict]:
+    return [e for e in cluster.get("events", namespace=namespace)["items"] if e["reason"] == "UnpromotedImage"]
+
+
+def written(stdout: str, what: str) -> str:
+    (line,) = [line for line in stdout.splitlines() if line.startswith(f"note: {what}: ")]
+    return line.removeprefix(f"note: {what}: ")
+
+
+def test_policy_reports_and_events_are_written_once_and_follow_the_cluster(report_crds):
+    cluster = report_crds
+    late = incident_runtime(MODELS)
+    late["metadata"]["name"] = "ovms-late"
+    cluster.apply(late)
+    run = ("--namespace-selector", SELECTOR, "--policy-reports", "--events")
+
+    r = audit(cluster.kubeconfig, *run)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert written(r.stdout, "policy reports") == "2 created, 0 updated, 0 unchanged", r.stdout
+    models = cluster.get(POLICY_REPORT, "digest-gate", MODELS)
+    assert models["apiVersion"] == "wgpolicyk8s.io/v1alpha2"
+    assert models["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "digest-gate"
+    by_object = results_by_object(models)
+    stale_names = {name for (kind, name), results in by_object.items() if results == {"fail"}}
+    assert {"ovms", "ovms-late", "modelmesh-serving-ovms"} <= stale_names
+    assert by_object[("ServingRuntime", "ovms-promoted")] == {"pass"}
+    assert by_object[("Deployment", "fine")] == {"pass"}
+    assert models["summary"]["fail"] == 5 and models["summary"]["pass"] >= 4, models["summary"]
+    (fail,) = [x for x in models["results"] if x["resources"][0]["name"] == "ovms-late"]
+    assert (fail["rule"], fail["properties"]["image"], fail["properties"]["promoted"]) == \
+        ("digest_not_promoted", INCIDENT_IMAGE, PROMOTED_IMAGE)
+    apps = cluster.get(POLICY_REPORT, "digest-gate", APPS)
+    assert results_by_object(apps)[("ConfigMap", "servingruntimes-config")] == {"fail"}
+    # No cluster-scoped object was found, so no ClusterPolicyReport either.
+    assert cluster.get("clusterpolicyreports.v1alpha2.wgpolicyk8s.io", "digest-gate") is None
+
+    events = our_events(cluster, MODELS)
+    assert sorted(e["involvedObject"]["name"] for e in events if e["involvedObject"]["kind"] != "ReplicaSet"
+                  and e["involvedObject"]["kind"] != "Pod") == ["modelmesh-serving-ovms", "ovms", "ovms-late"]
+    assert len(events) == 5 and all(e["type"] == "Warning" for e in events)
+    assert all("sha256:7ef272bc7be8" in e["message"] for e in events), events
+    assert written(r.stdout, "events") == "6 created, 0 updated, 0 unchanged"  # 5 here, 1 on the ConfigMap
+
+    # A second run finds the same and changes nothing.
+    versions = {ns: cluster.get(POLICY_REPORT, "digest-gate", ns)["metadata"]["resourceVersion"]
+                for ns in (MODELS, APPS)}
+    r = audit(cluster.kubeconfig, *run)
+    assert r.returncode == 1
+    assert written(r.stdout, "policy reports") == "0 created, 0 updated, 2 unchanged", r.stdout
+    assert written(r.stdout, "events") == "0 created, 0 updated, 6 unchanged"
+    assert {ns: cluster.get(POLICY_REPORT, "digest-gate", ns)["metadata"]["resourceVersion"]
+            for ns in (MODELS, APPS)} == versions
+    assert len(our_events(cluster, MODELS)) == 5
+
+    # A fixed object passes; a deleted one leaves the report.
+    late["spec"]["containers"][0]["image"] = PROMOTED_IMAGE
+    cluster.apply(late)
+    r = audit(cluster.kubeconfig, *run)
+    assert written(r.stdout, "policy reports") == "0 created, 1 updated, 1 unchanged", r.stdout
+    assert results_by_object(cluster.get(POLICY_REPORT, "digest-gate", MODELS))[("ServingRuntime", "ovms-late")] \
+        == {"pass"}
+    cluster.kubectl("delete", "servingruntime", "ovms-late", "-n", MODELS)
+    r = audit(cluster.kubeconfig, *run)
+    assert written(r.stdout, "policy reports") == "0 created, 1 updated, 1 unchanged", r.stdout
+    models = cluster.get(POLICY_REPORT, "digest-gate", MODELS)
+    assert ("ServingRuntime", "ovms-late") not in results_by_object(models)
+    assert models["summary"]["fail"] == 4
+
+
+def test_policy_reports_speak_for_whole_namespaces(stale):
+    r = audit(stale.kubeconfig, "-n", MODELS, "--kinds", "Pod", "--policy-reports")
+    assert r.returncode == 2
+    assert "cannot be used with" in r.stderr, r.stderr
