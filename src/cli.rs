@@ -501,8 +501,9 @@ fn run_audit(args: &AuditArgs) -> u8 {
         let writes = audit::Writes {
             policy_reports: args.policy_reports,
             events: args.events,
+            owner: None,
         };
-        audit::write(&connection, &mut found, writes).await?;
+        audit::write(&connection, &mut found, &writes).await?;
         Ok::<_, String>((connection, found))
     });
     let (connection, mut found) = match result {

@@ -9,6 +9,7 @@
 //! [`judge`](crate::judge) and report it with [`report`](crate::report),
 //! naming each object's owner chain. Nothing is written.
 
+pub mod background;
 mod cluster;
 mod owners;
 pub mod write;
@@ -71,10 +72,14 @@ pub struct Covered {
 }
 
 /// What to write after reading.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Writes {
     pub policy_reports: bool,
     pub events: bool,
+    /// The owner reference put on everything written, so that deleting the
+    /// owner (the chart's ClusterRole, on `helm uninstall`) has the garbage
+    /// collector delete it.
+    pub owner: Option<Value>,
 }
 
 /// The kind named `name`: its kind name or its resource name, any case
@@ -180,12 +185,19 @@ pub async fn run(
 /// Writes what `writes` asks for about `audit`, and notes what was written.
 /// Policy reports are written only from a complete read: a report written
 /// from a partial one would drop the results of what could not be read.
-pub async fn write(connection: &Connection, audit: &mut Audit, writes: Writes) -> Result<(), String> {
+pub async fn write(connection: &Connection, audit: &mut Audit, writes: &Writes) -> Result<(), String> {
     let now = std::time::SystemTime::now();
     let mut done = Vec::new();
     if writes.policy_reports {
         if audit.report.errors.is_empty() {
-            let w = write::policy_reports(connection, &audit.report, &audit.covered, now).await?;
+            let w = write::policy_reports(
+                connection,
+                &audit.report,
+                &audit.covered,
+                writes.owner.as_ref(),
+                now,
+            )
+            .await?;
             done.push(("policy reports", w));
         } else {
             audit
@@ -195,7 +207,10 @@ pub async fn write(connection: &Connection, audit: &mut Audit, writes: Writes) -
         }
     }
     if writes.events {
-        done.push(("events", write::events(connection, &audit.report, now).await?));
+        done.push((
+            "events",
+            write::events(connection, &audit.report, writes.owner.as_ref(), now).await?,
+        ));
     }
     for (what, w) in done {
         audit.report.notes.push(format!(

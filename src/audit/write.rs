@@ -51,6 +51,9 @@ pub struct Written {
 struct Content {
     results: Vec<Value>,
     summary: Value,
+    /// Whether it has an owner reference: a report the CLI made is owned
+    /// once the background audit (which has an owner) writes it.
+    owned: bool,
 }
 
 /// Writes a PolicyReport per namespace with results (and a
@@ -61,6 +64,7 @@ pub async fn policy_reports(
     connection: &Connection,
     report: &Report,
     covered: &Covered,
+    owner: Option<&Value>,
     now: SystemTime,
 ) -> Result<Written, String> {
     let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -93,12 +97,13 @@ pub async fn policy_reports(
         if let Some(old) = old {
             keep_first_seen(&mut results, &old.results);
         }
-        let content = fit(results, ns.as_deref(), &mut written.notes);
+        let mut content = fit(results, ns.as_deref(), &mut written.notes);
+        content.owned = owner.is_some() || old.is_some_and(|o| o.owned);
         if old == Some(&content) {
             written.unchanged += 1;
             continue;
         }
-        match write_report(connection, ns.as_deref(), &content, old.is_some()).await {
+        match write_report(connection, ns.as_deref(), &content, owner, old.is_some()).await {
             Ok(()) if old.is_some() => written.updated += 1,
             Ok(()) => written.created += 1,
             Err(Failure::Fatal(m)) => return Err(m),
@@ -244,7 +249,11 @@ fn fit(mut results: Vec<Value>, ns: Option<&str>, notes: &mut Vec<String>) -> Co
         ));
         results.truncate(keep);
     }
-    Content { results, summary }
+    Content {
+        results,
+        summary,
+        owned: false,
+    }
 }
 
 fn summary(results: &[Value]) -> Value {
@@ -299,7 +308,18 @@ async fn stored_reports(
                 .map(str::to_owned);
             let results = item["results"].as_array().cloned().unwrap_or_default();
             let summary = item.get("summary").cloned().unwrap_or(Value::Null);
-            stored.insert(ns, Content { results, summary });
+            let owned = item
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| !refs.is_empty());
+            stored.insert(
+                ns,
+                Content {
+                    results,
+                    summary,
+                    owned,
+                },
+            );
         }
     }
     Ok(stored)
@@ -309,6 +329,7 @@ async fn write_report(
     connection: &Connection,
     ns: Option<&str>,
     content: &Content,
+    owner: Option<&Value>,
     exists: bool,
 ) -> Result<(), Failure> {
     let (path, kind, at) = match ns {
@@ -326,12 +347,18 @@ async fn write_report(
     let request = if exists {
         // A merge patch replaces the arrays whole: the stored report
         // becomes exactly this run's.
-        let patch = json!({"results": content.results, "summary": content.summary});
+        let mut patch = json!({"results": content.results, "summary": content.summary});
+        if let Some(owner) = owner {
+            patch["metadata"] = json!({"ownerReferences": [owner]});
+        }
         Request::new(&path).patch(POLICY, &PatchParams::default(), &Patch::Merge(&patch))
     } else {
         let mut metadata = json!({"name": POLICY, "labels": {MANAGED_BY.0: MANAGED_BY.1}});
         if let Some(ns) = ns {
             metadata["namespace"] = ns.into();
+        }
+        if let Some(owner) = owner {
+            metadata["ownerReferences"] = json!([owner]);
         }
         let body = json!({
             "apiVersion": "wgpolicyk8s.io/v1alpha2",
@@ -356,7 +383,12 @@ async fn write_report(
 /// Creates a Warning Event for each finding of each object; a finding that
 /// already has one (its name is derived from the object's uid and the
 /// finding) is counted as unchanged, not repeated.
-pub async fn events(connection: &Connection, report: &Report, now: SystemTime) -> Result<Written, String> {
+pub async fn events(
+    connection: &Connection,
+    report: &Report,
+    owner: Option<&Value>,
+    now: SystemTime,
+) -> Result<Written, String> {
     let time = humantime::format_rfc3339_seconds(now).to_string();
     let mut written = Written::default();
     let mut seen = BTreeSet::new();
@@ -376,6 +408,11 @@ pub async fn events(connection: &Connection, report: &Report, now: SystemTime) -
             if !seen.insert((ns.to_owned(), event_name.clone())) {
                 continue;
             }
+            let mut metadata =
+                json!({"name": event_name, "namespace": ns, "labels": {MANAGED_BY.0: MANAGED_BY.1}});
+            if let Some(owner) = owner {
+                metadata["ownerReferences"] = json!([owner]);
+            }
             let mut involved =
                 json!({"apiVersion": object.api_version, "kind": kind, "name": name, "uid": object.uid});
             if let Some(ns) = &object.namespace {
@@ -384,7 +421,7 @@ pub async fn events(connection: &Connection, report: &Report, now: SystemTime) -
             let body = json!({
                 "apiVersion": "v1",
                 "kind": "Event",
-                "metadata": {"name": event_name, "namespace": ns, "labels": {MANAGED_BY.0: MANAGED_BY.1}},
+                "metadata": metadata,
                 "involvedObject": involved,
                 "reason": EVENT_REASON,
                 "message": format!("digest-gate: {}", image.reason),

@@ -56,6 +56,8 @@ pub struct State {
     pub max_body_bytes: usize,
     /// Longest a client may take to send a body.
     pub request_timeout: Duration,
+    /// Woken by each allowlist swap: the background audit runs again.
+    pub allowlist_changed: tokio::sync::Notify,
 }
 
 impl State {
@@ -70,6 +72,7 @@ impl State {
             ready: Readiness::default(),
             max_body_bytes: 8 * 1024 * 1024,
             request_timeout: Duration::from_secs(10),
+            allowlist_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -78,6 +81,7 @@ impl State {
         self.metrics
             .allowlist_size(allowlist.repository_count(), allowlist.digest_count());
         self.allowlist.store(Arc::new(allowlist));
+        self.allowlist_changed.notify_one();
     }
 }
 

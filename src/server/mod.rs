@@ -68,6 +68,8 @@ pub struct Config {
     /// How often the allowlist and certificate files are re-read (at least 100ms).
     #[arg(long, env = "DIGEST_GATE_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_reload_interval)]
     pub reload_interval: Duration,
+    #[command(flatten)]
+    pub audit: crate::audit::background::Background,
 }
 
 impl Config {
@@ -121,7 +123,7 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     #[error("the allowlist cannot be used:\n{0}")]
     Allowlist(String),
-    #[error("cannot start the reload thread: {source}")]
+    #[error("cannot start the reload or audit thread: {source}")]
     Thread {
         #[source]
         source: std::io::Error,
@@ -143,6 +145,8 @@ pub struct Running {
     drain: watch::Sender<bool>,
     done: watch::Receiver<bool>,
     admin: tokio::task::AbortHandle,
+    /// The background audit's thread, if it runs.
+    audit: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Running {
@@ -159,10 +163,22 @@ impl Running {
         self.admin.abort();
     }
 
-    /// Waits until the server has stopped.
+    /// Waits until the server has stopped, and the background audit (which
+    /// stops with the drain, releasing its Lease) too, for a few seconds at
+    /// most.
     pub async fn wait(&self) {
         let mut done = self.done.clone();
         let _ = done.wait_for(|d| *d).await;
+        let audit = self.audit.lock().ok().and_then(|mut a| a.take());
+        if let Some(thread) = audit {
+            let joined = tokio::task::spawn_blocking(move || thread.join());
+            if tokio::time::timeout(Duration::from_secs(6), joined)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the background audit did not stop in time");
+            }
+        }
     }
 }
 
@@ -269,6 +285,9 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         .spawn(config.reload_interval, drain_rx.clone())
         .map_err(|source| ServerError::Thread { source })?;
 
+    let audit = crate::audit::background::spawn(config.audit.clone(), state.clone(), drain_rx.clone())
+        .map_err(|source| ServerError::Thread { source })?;
+
     let admin_task = tokio::spawn(serve_admin(admin, admin_router(state.clone()), drain_rx.clone()));
     let admin_abort = admin_task.abort_handle();
     let acceptor = TlsAcceptor::from(Arc::new(tls_config));
@@ -287,6 +306,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         drain: drain_tx,
         done,
         admin: admin_abort,
+        audit: std::sync::Mutex::new(audit),
     })
 }
 
