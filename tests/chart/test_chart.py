@@ -23,6 +23,13 @@ CERT_MODES = {
                                                               "caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}}},
 }
 
+# Every audit switch on.
+AUDIT_ALL = {"enabled": True, "events": True, "policyReports": {"enabled": True, "installCRDs": True},
+             "namespaceSelector": {"matchLabels": {"team": "ml"},
+                                   "matchExpressions": [{"key": "stage", "operator": "NotIn", "values": ["dev", "test"]},
+                                                        {"key": "serving", "operator": "Exists"},
+                                                        {"key": "legacy", "operator": "DoesNotExist"}]}}
+
 # Kinds that come from CRDs (cert-manager, Prometheus operator): not in the
 # Kubernetes schemas.
 CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}
@@ -73,6 +80,9 @@ def test_pod_disruption_budget_uses_policy_v1_when_the_cluster_has_it():
     ({"image": {"digest": "sha256:abc"}}, "digest"),
     ({"server": {"gracePeriod": "soon"}}, "gracePeriod"),
     ({"replicas": 3}, "replicas"),
+    ({"audit": {"interval": "often"}}, "interval"),
+    ({"audit": {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Gt"}]}}}, "operator"),
+    ({"audit": {"policyReports": True}}, "policyReports"),
 ])
 def test_schema_rejects_bad_values(values, key):
     chart = helm.Chart.load(str(CHART))
@@ -88,7 +98,8 @@ def test_schema_rejects_bad_values(values, key):
 def test_objects_validate_against_kubernetes_schemas(mode, version):
     values = dict(CERT_MODES[mode])
     values.update({"metrics": {"service": {"enabled": True}, "serviceMonitor": {"enabled": True}},
-                   "networkPolicy": {"enabled": True}, "webhook": {"inferenceServices": True, "workloads": True}})
+                   "networkPolicy": {"enabled": True}, "webhook": {"inferenceServices": True, "workloads": True},
+                   "audit": AUDIT_ALL})
     objects = render(values)
     checked = 0
     for obj in objects:
@@ -96,7 +107,7 @@ def test_objects_validate_against_kubernetes_schemas(mode, version):
             continue
         kubernetes_validate.validate(obj, version, strict=True)
         checked += 1
-    assert checked >= 9
+    assert checked >= 16
 
 
 @pytest.mark.parametrize("mode", sorted(CERT_MODES))
@@ -298,7 +309,7 @@ def test_renders_are_stable_so_upgrades_only_roll_out_on_real_changes():
 def test_server_settings_map_to_flags_the_binary_has():
     values = {"mode": "rewrite", "kindModes": {"ServingRuntime": "enforce", "ClusterServingRuntime": "enforce"},
               "unlisted": "allow", "logFormat": "text", "logLevel": "debug",
-              "exemptImages": ["quay.io/platform/debug-*"]}
+              "exemptImages": ["quay.io/platform/debug-*"], "audit": AUDIT_ALL}
     argv = args(render(values))
     for flag in ["--mode=rewrite", "--kind-mode=ClusterServingRuntime=enforce", "--kind-mode=ServingRuntime=enforce",
                  "--unlisted=allow", "--log-format=text", "--log-level=debug", "--exempt-image=quay.io/platform/debug-*",
@@ -349,3 +360,87 @@ def test_optional_objects():
     defaults = render()
     assert not find(defaults, "ServiceMonitor") and not find(defaults, "NetworkPolicy")
     assert not find(render({"replicaCount": 1}), "PodDisruptionBudget")
+
+
+# === the background audit ===
+
+def rules(objects, kind: str) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) → verbs of the one `kind` (ClusterRole or Role)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in one(objects, kind)["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def test_audit_is_off_by_default_and_then_calls_nothing():
+    objects = render({"networkPolicy": {"enabled": True}})
+    for kind in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Lease", "CustomResourceDefinition"):
+        assert not find(objects, kind), kind
+    assert not any("--audit" in a for a in args(objects))
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_audit_rights_are_read_only_and_grow_only_with_what_it_writes():
+    name = f"{RELEASE}-digest-gate-audit"
+    read = rules(render({"audit": {"enabled": True}}), "ClusterRole")
+    # Lists only: never get, watch or any write, and never Secrets.
+    assert all(verbs == {"list"} for key, verbs in read.items() if key[1] != "clusterroles"), read
+    assert read[("rbac.authorization.k8s.io", "clusterroles")] == {"get"}
+    assert not any("secret" in resource for _, resource in read)
+    assert {("", "pods"), ("", "configmaps"), ("serving.kserve.io", "servingruntimes"),
+            ("serving.kserve.io", "clusterservingruntimes"), ("apps", "deployments"),
+            ("template.openshift.io", "templates"), ("", "namespaces")} <= set(read)
+    (clusterroles,) = [r for r in one(render({"audit": {"enabled": True}}), "ClusterRole")["rules"]
+                       if r["resources"] == ["clusterroles"]]
+    assert clusterroles["resourceNames"] == [name]
+
+    writes = rules(render({"audit": AUDIT_ALL}), "ClusterRole")
+    added = {k: v for k, v in writes.items() if read.get(k) != v}
+    assert added == {("wgpolicyk8s.io", "policyreports"): {"list", "create", "patch"},
+                     ("wgpolicyk8s.io", "clusterpolicyreports"): {"list", "create", "patch"},
+                     ("", "events"): {"create"}}
+
+    objects = render({"audit": {"enabled": True}})
+    (lease_rule,) = one(objects, "Role")["rules"]
+    assert lease_rule["resourceNames"] == [name] and lease_rule["resources"] == ["leases"]
+    assert one(objects, "Lease")["metadata"]["name"] == name
+    for binding in ("ClusterRoleBinding", "RoleBinding"):
+        (subject,) = one(objects, binding)["subjects"]
+        assert (subject["name"], subject["namespace"]) == (f"{RELEASE}-digest-gate", NAMESPACE)
+
+
+def test_audit_flags_token_and_egress():
+    objects = render({"audit": AUDIT_ALL, "networkPolicy": {"enabled": True}})
+    argv = args(objects)
+    name = f"{RELEASE}-digest-gate-audit"
+    for flag in ["--audit-interval=10m", "--audit-policy-reports", "--audit-events", f"--audit-lease={name}",
+                 f"--audit-owner={name}",
+                 "--audit-namespace-selector=team=ml,stage notin (dev,test),serving,!legacy"]:
+        assert flag in argv, (flag, argv)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    assert container(objects)["env"] == [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    (egress,) = one(objects, "NetworkPolicy")["spec"]["egress"]
+    assert {p["port"] for p in egress["ports"]} == {443, 6443} and "to" not in egress
+    pinned = render({"audit": {"enabled": True, "apiServer": {"cidrs": ["10.0.0.1/32"], "ports": [6443]}},
+                     "networkPolicy": {"enabled": True}})
+    (egress,) = one(pinned, "NetworkPolicy")["spec"]["egress"]
+    assert egress == {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
+    # All namespaces by default: no selector flag.
+    assert not any(a.startswith("--audit-namespace-selector") for a in args(render({"audit": {"enabled": True}})))
+
+
+def test_policy_report_crds_are_opt_in_verbatim_and_kept():
+    assert not find(render({"audit": {"enabled": True, "policyReports": {"enabled": True}}}),
+                    "CustomResourceDefinition")
+    crds = find(render({"audit": AUDIT_ALL}), "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == ["clusterpolicyreports.wgpolicyk8s.io",
+                                                           "policyreports.wgpolicyk8s.io"]
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        shipped = next(d for d in yaml.safe_load_all((CHART / "files" / "policyreport" /
+                                                      f"wgpolicyk8s.io_{crd['spec']['names']['plural']}.yaml").read_text()) if d)
+        assert crd["spec"] == shipped["spec"]
+        assert "v1alpha2" in [v["name"] for v in crd["spec"]["versions"] if v["served"]]

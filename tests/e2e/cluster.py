@@ -416,7 +416,17 @@ class WebhookPod:
                 value = local_path(value)
             args.append(flag + eq + value if eq else arg)
         self.args = args
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and k != "KUBECONFIG"}
+        env["NO_PROXY"] = "127.0.0.1,localhost"
+        for var in container.get("env", []):
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            elif var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+                env[var["name"]] = self.pod_name
+            else:
+                raise AssertionError(f"env source not emulated: {var}")
+        if pod.get("automountServiceAccountToken"):
+            env["KUBECONFIG"] = str(self._service_account_kubeconfig(pod["serviceAccountName"]))
         self.process = Process("digest-gate", [str(binary()), *args], self.log_path, env=env)
 
         def ready():
@@ -424,6 +434,30 @@ class WebhookPod:
             return self.admin("/readyz")[0] == 200
         wait_until("digest-gate /readyz", ready, timeout)
         return self
+
+    @property
+    def pod_name(self) -> str:
+        return f"{self.deployment}-emulated-{self.port}"
+
+    def _service_account_kubeconfig(self, account: str) -> pathlib.Path:
+        """What the kubelet mounts for a pod's service account, as a
+        kubeconfig: 1.20 mounts the account's token Secret (made by the token
+        controller), and in-cluster config reads a fixed path this process
+        cannot use, so the same token, CA and namespace go in a kubeconfig."""
+        def token():
+            sa = self.cluster.get("serviceaccount", account, self.namespace)
+            return sa and sa.get("secrets") and sa["secrets"][0]["name"]
+        secret_name = wait_until(f"ServiceAccount {account}'s token", token)
+        secret = self.cluster.get("secret", secret_name, self.namespace)
+        path = self.state / "serviceaccount.kubeconfig"
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "pod",
+            "clusters": [{"name": "pod", "cluster": {"server": self.cluster.url,
+                                                      "certificate-authority": str(self.cluster.pki / "ca.crt")}}],
+            "users": [{"name": "pod", "user": {"token": base64.b64decode(secret["data"]["token"]).decode()}}],
+            "contexts": [{"name": "pod", "context": {"cluster": "pod", "user": "pod", "namespace": self.namespace}}],
+        }))
+        return path
 
     def arg(self, flag: str) -> str | None:
         for a in self.args:

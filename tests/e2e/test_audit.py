@@ -15,7 +15,8 @@ import time
 import pytest
 
 from cluster import ROOT, ControlPlane, free_port, wait_until
-from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, incident_runtime, load_yaml
+from harness import (FIXTURES, FULLNAME, INCIDENT_IMAGE, PROMOTED_IMAGE, RELEASE, RELEASE_NAMESPACE,
+                     incident_runtime, load_yaml)
 from support import binary
 
 ALLOWLIST = ROOT / "examples" / "allowlist.yaml"
@@ -232,6 +233,95 @@ def test_an_expired_token_is_refused_with_a_hint(stale, auditor, tmp_path):
     assert r.returncode == 2
     assert "refused the credentials (401 Unauthorized" in r.stderr, r.stderr
     assert "the token may have expired" in r.stderr
+
+
+# --- the webhook's background audit ------------------------------------------
+
+AUDITOR = "digest-gate-audit"  # the chart's ClusterRole, Lease and owner: <fullname>-audit
+
+
+def can_i(cluster: ControlPlane, verb: str, resource: str, namespace: str | None = None) -> bool:
+    who = f"system:serviceaccount:{RELEASE_NAMESPACE}:{FULLNAME}"
+    r = cluster.kubectl("auth", "can-i", verb, resource, f"--as={who}",
+                        *(["-n", namespace] if namespace else ["--all-namespaces"]), check=False)
+    assert r.stdout.strip() in ("yes", "no"), r.stdout + r.stderr
+    return r.stdout.strip() == "yes"
+
+
+def owned_by_release(cluster: ControlPlane) -> dict[str, list[str]]:
+    """What the audit wrote (it carries the audit's label), by resource."""
+    out = {}
+    for kind in (POLICY_REPORT, "events"):
+        listing = cluster.kubectl("get", kind, "-A", "-l", "app.kubernetes.io/managed-by=digest-gate", "-o", "json")
+        out[kind] = [o["metadata"]["name"] for o in json.loads(listing.stdout)["items"]]
+    return out
+
+
+def test_the_webhooks_background_audit_finds_the_same_and_leaves_with_the_release(report_crds, release, tmp_path):
+    cluster = report_crds
+    # installCRDs with the CRDs already there (as Kyverno leaves them): the
+    # chart must not try to take them over.
+    release.install({"audit": {"enabled": True, "interval": "1h", "events": True,
+                               "policyReports": {"enabled": True, "installCRDs": True},
+                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}}})
+    crd = cluster.get("crd", "policyreports.wgpolicyk8s.io")
+    assert "meta.helm.sh/release-name" not in crd["metadata"].get("annotations", {})
+    pod = release.pod
+    wait_until("the background audit's first run",
+               lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    log = pod.log_path.read_text()
+    assert pod.metric("digest_gate_audit_errors_total") == 0, log
+    assert pod.metric("digest_gate_audit_leader") == 1
+    assert pod.metric("digest_gate_audit_last_success_timestamp_seconds") > time.time() - 300
+
+    # The metrics count what the CLI finds, kind by kind.
+    cli = json.loads(audit(cluster.kubeconfig, "--namespace-selector", SELECTOR, "-o", "json").stdout)
+    expected: dict[str, int] = {}
+    for r in cli["results"]:
+        if r["verdict"] != "allow":
+            expected[r["kind"]] = expected.get(r["kind"], 0) + 1
+    assert expected == {"ConfigMap": 1, "ServingRuntime": 1, "Deployment": 1, "ReplicaSet": 1, "Pod": 1}
+    for kind, n in expected.items():
+        assert pod.metric("digest_gate_audit_findings", kind=kind, verdict="rewrite") == n, kind
+    assert pod.metric("digest_gate_audit_findings", verdict="deny") == 0
+
+    # It holds the Lease, and what it wrote is owned by its ClusterRole.
+    lease = cluster.get("lease", f"{RELEASE}-{AUDITOR}", RELEASE_NAMESPACE)
+    assert lease["spec"]["holderIdentity"] == pod.pod_name
+    role = cluster.get("clusterrole", f"{RELEASE}-{AUDITOR}")
+    report = cluster.get(POLICY_REPORT, "digest-gate", MODELS)
+    assert [o["uid"] for o in report["metadata"]["ownerReferences"]] == [role["metadata"]["uid"]]
+    assert report["summary"]["fail"] == 4
+    events = our_events(cluster, MODELS)
+    assert len(events) == 4 and all(e["metadata"]["ownerReferences"][0]["kind"] == "ClusterRole" for e in events)
+
+    # Its rights, both ways, as the apiserver decides them.
+    for verb, resource in [("list", "pods"), ("list", "configmaps"), ("list", "servingruntimes.serving.kserve.io"),
+                           ("list", "clusterservingruntimes.serving.kserve.io"), ("list", "deployments.apps"),
+                           ("list", "cronjobs.batch"), ("create", "events"),
+                           ("create", "policyreports.wgpolicyk8s.io"), ("patch", "policyreports.wgpolicyk8s.io")]:
+        assert can_i(cluster, verb, resource), (verb, resource)
+    for verb, resource in [("get", "secrets"), ("list", "secrets"), ("watch", "pods"), ("get", "pods"),
+                           ("create", "pods"), ("delete", "pods"), ("patch", "servingruntimes.serving.kserve.io"),
+                           ("update", "configmaps"), ("delete", "policyreports.wgpolicyk8s.io"),
+                           ("delete", "events"), ("create", "leases.coordination.k8s.io"),
+                           ("get", "clusterroles.rbac.authorization.k8s.io")]:
+        assert not can_i(cluster, verb, resource), (verb, resource)
+    assert can_i(cluster, "patch", f"leases.coordination.k8s.io/{RELEASE}-{AUDITOR}", RELEASE_NAMESPACE)
+    assert not can_i(cluster, "patch", "leases.coordination.k8s.io/other", RELEASE_NAMESPACE)
+    # ... and enough for a whole audit: every kind served could be listed.
+    token = pod._service_account_kubeconfig(FULLNAME)
+    r = audit(token, "-A")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error:" not in r.stdout
+
+    # Uninstalled, the release takes its reports, Events and Lease along
+    # (the garbage collector follows the owner references); the CRDs stay.
+    release.uninstall()
+    wait_until("the garbage collector to remove the audit's reports and Events",
+               lambda: owned_by_release(cluster) == {POLICY_REPORT: [], "events": []})
+    assert cluster.get("lease", f"{RELEASE}-{AUDITOR}", RELEASE_NAMESPACE) is None
+    assert cluster.get("crd", "policyreports.wgpolicyk8s.io") is not None
 
 
 # --- what --policy-reports and --events write --------------------------------

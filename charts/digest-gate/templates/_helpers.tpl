@@ -170,3 +170,33 @@ annotations:
 {{- int $d }}
 {{- end }}
 {{- end }}
+
+{{/* The background audit's names: its ClusterRole (the owner of the reports
+and Events it writes, so the garbage collector deletes them on uninstall) and
+its Lease. */}}
+{{- define "digest-gate.auditName" -}}
+{{- printf "%s-audit" (include "digest-gate.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* audit.namespaceSelector (matchLabels, matchExpressions) as the label
+selector string `--audit-namespace-selector` takes; empty for all. */}}
+{{- define "digest-gate.auditNamespaceSelector" -}}
+{{- $terms := list }}
+{{- range $k, $v := .Values.audit.namespaceSelector.matchLabels }}
+{{- $terms = append $terms (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- range .Values.audit.namespaceSelector.matchExpressions }}
+{{- if eq .operator "In" }}
+{{- $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "NotIn" }}
+{{- $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "Exists" }}
+{{- $terms = append $terms .key }}
+{{- else if eq .operator "DoesNotExist" }}
+{{- $terms = append $terms (printf "!%s" .key) }}
+{{- else }}
+{{- fail (printf "audit.namespaceSelector: operator %q is not one of In, NotIn, Exists, DoesNotExist" .operator) }}
+{{- end }}
+{{- end }}
+{{- join "," $terms }}
+{{- end }}
