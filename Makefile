@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test tools build release clean bench bench-load bench-instructions soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test tools build fetch release clean bench bench-load bench-instructions soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -30,7 +30,12 @@ $(VENV)/.installed: tests/chart/requirements.txt
 tools:
 	@command -v openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openssl; }
 
-chart-test: $(VENV)/.installed tools build
+# The Dockerfile test resolves the lock file offline, which needs every
+# platform's crates in the cache, not only those this machine builds.
+fetch:
+	$(CARGO) fetch --locked
+
+chart-test: $(VENV)/.installed tools build fetch
 	cd tests/chart && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 build:
