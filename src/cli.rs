@@ -36,12 +36,21 @@ pub enum Command {
     /// unusable input or flags.
     Check(CheckArgs),
     /// Judge what is already in a cluster, as the webhook would judge it
-    /// written now. Reads with your credentials and writes nothing.
+    /// written now. Reads with your credentials, and writes nothing but
+    /// what --policy-reports and --events ask for.
     ///
     /// Exit codes: 0 everything read complies; 1 something would be
     /// rewritten or denied; 2 unusable flags, kubeconfig or allowlist, the
     /// cluster unreachable, or a kind it serves could not be read.
     Audit(Box<AuditArgs>),
+    /// Delete the PolicyReports and Events that `audit` wrote.
+    ///
+    /// With --owner, only those a release's background audit wrote (owned
+    /// by its ClusterRole); the chart's pre-delete hook runs this on `helm
+    /// uninstall`. Exit codes: 0 everything found was deleted (or nothing
+    /// was found); 2 the cluster unreachable, or something could not be
+    /// listed or deleted.
+    Cleanup(ClusterArgs),
     /// Work with allowlist files.
     #[command(subcommand)]
     Allowlist(AllowlistCommand),
@@ -164,11 +173,9 @@ pub struct CheckArgs {
     pub in_place: bool,
 }
 
-/// `digest-gate audit`.
+/// How `audit` and `cleanup` reach the cluster.
 #[derive(Debug, Args)]
-pub struct AuditArgs {
-    #[command(flatten)]
-    pub policy: PolicyArgs,
+pub struct ConnectionArgs {
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's
     /// service account inside a pod).
     #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
@@ -176,6 +183,40 @@ pub struct AuditArgs {
     /// Kubeconfig context (default: the current context).
     #[arg(long, env = "DIGEST_GATE_CONTEXT")]
     pub context: Option<String>,
+    /// Gives up on a request (connecting, or a page of a list) after this
+    /// long, e.g. 30s.
+    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: std::time::Duration,
+}
+
+impl ConnectionArgs {
+    fn settings(&self) -> audit::Settings {
+        audit::Settings {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            timeout: Some(self.request_timeout),
+        }
+    }
+}
+
+/// `digest-gate cleanup`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// Only what this ClusterRole owns: what the background audit of the
+    /// release whose audit role it is wrote (`serve --audit-owner`).
+    #[arg(long, env = "DIGEST_GATE_OWNER", value_name = "CLUSTERROLE")]
+    pub owner: Option<String>,
+}
+
+/// `digest-gate audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
     /// Namespace to read (repeatable; default: the context's namespace).
     #[arg(
         short = 'n',
@@ -202,10 +243,6 @@ pub struct AuditArgs {
     /// Report format.
     #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// Gives up on a request (connecting, or a page of a list) after this
-    /// long, e.g. 30s.
-    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub request_timeout: std::time::Duration,
     /// Write the results as wgpolicyk8s.io/v1alpha2 PolicyReports (one per
     /// namespace, named digest-gate) and a ClusterPolicyReport. A report
     /// speaks for everything in its namespace, so this cannot be narrowed
@@ -296,6 +333,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => run_serve(*args),
         Command::Check(args) => run_check(&args),
         Command::Audit(args) => run_audit(&args),
+        Command::Cleanup(args) => run_cleanup(&args),
         Command::Allowlist(AllowlistCommand::Convert { files, name }) => run_convert(&files, &name),
         Command::Allowlist(AllowlistCommand::Lint { files, strict }) => run_lint(&files, strict),
     };
@@ -461,21 +499,12 @@ fn run_audit(args: &AuditArgs) -> u8 {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let settings = audit::Settings {
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
-        timeout: Some(args.request_timeout),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = client_runtime() else {
+        return 2;
     };
     let policy = args.policy.policy();
     let result = runtime.block_on(async {
-        let connection = audit::Connection::open(&settings).await?;
+        let connection = audit::Connection::open(&args.connection.settings()).await?;
         let scope = if args.all_namespaces || args.namespace_selector.is_some() {
             audit::Scope::All {
                 namespace_selector: args.namespace_selector.clone(),
@@ -529,6 +558,54 @@ fn run_audit(args: &AuditArgs) -> u8 {
         Output::Json => report::json(&found.report),
     });
     report::exit_code(&found.report)
+}
+
+/// The single-threaded runtime the cluster commands run their client on.
+fn client_runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .inspect_err(|e| eprintln!("error: cannot start the runtime: {e}"))
+        .ok()
+}
+
+fn run_cleanup(args: &ClusterArgs) -> u8 {
+    let Some(runtime) = client_runtime() else {
+        return 2;
+    };
+    let result = runtime.block_on(async {
+        let connection = audit::Connection::open(&args.connection.settings()).await?;
+        let owner = match &args.owner {
+            Some(name) => Some(
+                audit::write::cluster_role_owner(&connection, name)
+                    .await
+                    .map_err(|f| f.message().to_owned())?,
+            ),
+            None => None,
+        };
+        let uid = owner.as_ref().and_then(|o| o["uid"].as_str());
+        let removed = audit::write::remove(&connection, uid).await?;
+        Ok::<_, String>((connection, removed))
+    });
+    let (connection, removed) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    for e in &removed.errors {
+        eprintln!("error: {e}");
+    }
+    let whose = args
+        .owner
+        .as_ref()
+        .map_or(String::new(), |o| format!(" owned by ClusterRole \"{o}\""));
+    print_out(&format!(
+        "deleted {} policy reports and {} events{whose} from {} (context \"{}\")\n",
+        removed.reports, removed.events, connection.server, connection.context
+    ));
+    if removed.errors.is_empty() { 0 } else { 2 }
 }
 
 /// Writes to stdout, ignoring a closed pipe (`| head`) instead of panicking.

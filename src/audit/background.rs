@@ -13,9 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::core::Request;
 use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{Audit, Connection, Scope, Settings, Target, Writes};
@@ -207,20 +206,11 @@ async fn elect(connection: &Connection, name: &str) -> Result<(watch::Receiver<b
 /// The owner reference of ClusterRole `name`, or `None` (logged, counted,
 /// retried next run) when it cannot be read.
 async fn owner_reference(connection: &Connection, name: &str, state: &State) -> Option<Value> {
-    let request = Request::new("/apis/rbac.authorization.k8s.io/v1/clusterroles")
-        .get(name, &Default::default())
-        .ok()?;
-    match connection.client.request::<Value>(request).await {
-        Ok(role) => {
-            let uid = role.pointer("/metadata/uid")?.as_str()?;
-            Some(
-                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": uid}),
-            )
-        }
+    match super::write::cluster_role_owner(connection, name).await {
+        Ok(owner) => Some(owner),
         Err(e) => {
             state.metrics.audit_failed();
-            let message = connection.describe(&format!("get ClusterRole \"{name}\""), &e);
-            tracing::warn!(error = %message.message(), "background audit: what it writes has no owner this run");
+            tracing::warn!(error = %e.message(), "background audit: what it writes has no owner this run");
             None
         }
     }
@@ -296,6 +286,7 @@ mod tests {
     use super::*;
     use crate::report::ObjectReport;
     use crate::testing::{BAD, REPO, incident_allowlist};
+    use serde_json::json;
 
     #[test]
     fn findings_count_objects_per_kind_read() {

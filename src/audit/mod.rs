@@ -7,7 +7,9 @@
 //! serves, list each (paginated, decoding only what the walkers read, so a
 //! big cluster is never in memory at once), judge every object with
 //! [`judge`](crate::judge) and report it with [`report`](crate::report),
-//! naming each object's owner chain. Nothing is written.
+//! naming each object's owner chain. Nothing is written unless asked:
+//! [`write`] writes policy reports and Events, [`write::remove`] deletes
+//! them again.
 
 pub mod background;
 mod cluster;

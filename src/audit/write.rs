@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kube::core::Request;
-use kube::core::params::{ListParams, Patch, PatchParams, PostParams};
+use kube::core::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Connection, Covered, Failure};
@@ -475,6 +476,180 @@ fn event_name(object: &ObjectReport, image: &ImageReport) -> String {
     format!("{}.{hex}", name[..cut].trim_end_matches('.'))
 }
 
+// === cleanup ===
+
+/// What [`remove`] deleted.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub reports: usize,
+    pub events: usize,
+    /// Deletions the cluster refused.
+    pub errors: Vec<String>,
+}
+
+/// What an audit writes, by API prefix and plural.
+const WRITTEN: [(&str, &str, &str); 3] = [
+    (GROUP_PATH, "policyreports", "PolicyReport"),
+    (GROUP_PATH, "clusterpolicyreports", "ClusterPolicyReport"),
+    ("/api/v1", "events", "Event"),
+];
+
+/// Deletes what audits wrote: the policy reports named [`POLICY`] and the
+/// [`EVENT_REASON`] Events, found by the [`MANAGED_BY`] label; with
+/// `owner_uid`, only those that owner owns (what one release's background
+/// audit wrote). The chart's pre-delete hook runs this on `helm uninstall`:
+/// the garbage collector deletes owned reports with their owner, but has
+/// ignored Events in every API group since Kubernetes 1.25.
+pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<Removed, String> {
+    let mut removed = Removed::default();
+    for (prefix, plural, kind) in WRITTEN {
+        let found = match ours(connection, prefix, plural, kind, owner_uid).await {
+            Ok(found) => found,
+            // The CRDs are not installed: no report was ever written.
+            Err(None) => continue,
+            Err(Some(Failure::Fatal(m))) => return Err(m),
+            Err(Some(Failure::Request(m))) => {
+                removed.errors.push(m);
+                continue;
+            }
+        };
+        for meta in found {
+            let collection = match &meta.namespace {
+                Some(ns) => format!("{prefix}/namespaces/{ns}/{plural}"),
+                None => format!("{prefix}/{plural}"),
+            };
+            let doing = match &meta.namespace {
+                Some(ns) => format!("delete {kind} \"{}\" in namespace \"{ns}\"", meta.name),
+                None => format!("delete {kind} \"{}\"", meta.name),
+            };
+            // The uid precondition: an object recreated under the same name
+            // since the list is not ours to delete.
+            let params = DeleteParams::default().preconditions(Preconditions {
+                uid: Some(meta.uid.clone()),
+                resource_version: None,
+            });
+            let request = Request::new(&collection)
+                .delete(&meta.name, &params)
+                .map_err(|e| format!("cannot {doing}: {e}"))?;
+            match connection.client.request::<serde::de::IgnoredAny>(request).await {
+                Ok(_) if kind == "Event" => removed.events += 1,
+                Ok(_) => removed.reports += 1,
+                // Gone already, or no longer the object listed.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => match connection.describe(&doing, &e) {
+                    Failure::Fatal(m) => return Err(m),
+                    Failure::Request(m) => removed.errors.push(m),
+                },
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// A listed object's identity: all that deleting it needs.
+#[derive(Debug, Deserialize)]
+struct Meta {
+    name: String,
+    namespace: Option<String>,
+    uid: String,
+    #[serde(rename = "ownerReferences", default)]
+    owners: Vec<OwnerUid>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OwnerUid {
+    uid: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Item {
+    metadata: Meta,
+    /// An Event's reason; reports have none.
+    reason: Option<String>,
+}
+
+impl Item {
+    /// Whether an audit wrote this `kind` of object (the label selected it;
+    /// the name or reason says it is an audit's) and `owner_uid` owns it.
+    fn ours(&self, kind: &str, owner_uid: Option<&str>) -> bool {
+        let wrote = if kind == "Event" {
+            self.reason.as_deref() == Some(EVENT_REASON)
+        } else {
+            self.metadata.name == POLICY
+        };
+        wrote && owner_uid.is_none_or(|uid| self.metadata.owners.iter().any(|o| o.uid == uid))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ItemPage {
+    #[serde(default)]
+    metadata: Continue,
+    #[serde(default)]
+    items: Vec<Item>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Continue {
+    #[serde(rename = "continue", default)]
+    next: Option<String>,
+}
+
+/// The objects of `plural` in every namespace that an audit wrote (and
+/// `owner_uid` owns). `Err(None)`: the cluster does not serve them.
+async fn ours(
+    connection: &Connection,
+    prefix: &str,
+    plural: &str,
+    kind: &str,
+    owner_uid: Option<&str>,
+) -> Result<Vec<Meta>, Option<Failure>> {
+    let path = format!("{prefix}/{plural}");
+    let mut params = ListParams::default()
+        .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
+        .limit(500);
+    let mut found = Vec::new();
+    loop {
+        let request = Request::new(&path)
+            .list(&params)
+            .map_err(|e| Some(Failure::Request(format!("cannot list {kind}s: {e}"))))?;
+        let page: ItemPage = match connection.client.request(request).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.code == 404 && kind != "Event" => return Err(None),
+            Err(e) => return Err(Some(connection.describe(&format!("list {kind}s"), &e))),
+        };
+        found.extend(
+            page.items
+                .into_iter()
+                .filter(|item| item.ours(kind, owner_uid))
+                .map(|item| item.metadata),
+        );
+        match page.metadata.next.filter(|t| !t.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(found),
+        }
+    }
+}
+
+/// The owner reference of ClusterRole `name`: what the background audit
+/// puts on everything it writes, and what `cleanup --owner` deletes by.
+pub async fn cluster_role_owner(connection: &Connection, name: &str) -> Result<Value, Failure> {
+    let doing = format!("get ClusterRole \"{name}\"");
+    let request = Request::new("/apis/rbac.authorization.k8s.io/v1/clusterroles")
+        .get(name, &Default::default())
+        .map_err(|e| Failure::Request(format!("cannot {doing}: {e}")))?;
+    let role: Value = connection
+        .client
+        .request(request)
+        .await
+        .map_err(|e| connection.describe(&doing, &e))?;
+    let uid = role
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::Request(format!("ClusterRole \"{name}\" has no uid")))?;
+    Ok(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": uid}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,6 +715,32 @@ mod tests {
         let mut long = object.clone();
         long.name = Some("x".repeat(253));
         assert!(event_name(&long, a).len() <= 253);
+    }
+
+    #[test]
+    fn cleanup_deletes_only_what_an_audit_wrote_and_the_owner_owns() {
+        let item = |v: Value| serde_json::from_value::<Item>(v).unwrap();
+        let owned = json!({"name": "p.0123", "namespace": "m", "uid": "e",
+                           "ownerReferences": [{"uid": "role-1", "kind": "ClusterRole"}]});
+        let event = item(json!({"metadata": owned, "reason": EVENT_REASON}));
+        assert!(event.ours("Event", None));
+        assert!(event.ours("Event", Some("role-1")));
+        assert!(!event.ours("Event", Some("role-2")), "another release's");
+        let other =
+            item(json!({"metadata": {"name": "p.1", "namespace": "m", "uid": "f"}, "reason": "Pulled"}));
+        assert!(
+            !other.ours("Event", None),
+            "labelled by someone else, not an audit's reason"
+        );
+        let report = item(json!({"metadata": {"name": POLICY, "namespace": "m", "uid": "r"}}));
+        assert!(report.ours("PolicyReport", None));
+        assert!(
+            !report.ours("PolicyReport", Some("role-1")),
+            "written by the CLI, owned by no release"
+        );
+        let kyverno =
+            item(json!({"metadata": {"name": "cpol-require-labels", "namespace": "m", "uid": "k"}}));
+        assert!(!kyverno.ours("PolicyReport", None));
     }
 
     #[test]
