@@ -364,10 +364,16 @@ def test_optional_objects():
 
 # === the background audit ===
 
-def rules(objects, kind: str) -> dict[tuple[str, str], set[str]]:
-    """(apiGroup, resource) → verbs of the one `kind` (ClusterRole or Role)."""
+AUDIT_ROLE = f"{RELEASE}-digest-gate-audit"
+# The uninstall hook's ServiceAccount, ClusterRole, binding and Job.
+CLEANUP = f"{AUDIT_ROLE}-cleanup"
+
+
+def rules(objects, kind: str, name: str = AUDIT_ROLE) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) → verbs of the `kind` (ClusterRole or Role) named `name`."""
     out: dict[tuple[str, str], set[str]] = {}
-    for rule in one(objects, kind)["rules"]:
+    (role,) = find(objects, kind, name)
+    for rule in role["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
@@ -383,7 +389,7 @@ def test_audit_is_off_by_default_and_then_calls_nothing():
 
 
 def test_audit_rights_are_read_only_and_grow_only_with_what_it_writes():
-    name = f"{RELEASE}-digest-gate-audit"
+    name = AUDIT_ROLE
     read = rules(render({"audit": {"enabled": True}}), "ClusterRole")
     # Lists only: never get, watch or any write, and never Secrets.
     assert all(verbs == {"list"} for key, verbs in read.items() if key[1] != "clusterroles"), read
@@ -392,7 +398,7 @@ def test_audit_rights_are_read_only_and_grow_only_with_what_it_writes():
     assert {("", "pods"), ("", "configmaps"), ("serving.kserve.io", "servingruntimes"),
             ("serving.kserve.io", "clusterservingruntimes"), ("apps", "deployments"),
             ("template.openshift.io", "templates"), ("", "namespaces")} <= set(read)
-    (clusterroles,) = [r for r in one(render({"audit": {"enabled": True}}), "ClusterRole")["rules"]
+    (clusterroles,) = [r for r in find(render({"audit": {"enabled": True}}), "ClusterRole", name)[0]["rules"]
                        if r["resources"] == ["clusterroles"]]
     assert clusterroles["resourceNames"] == [name]
 
@@ -407,14 +413,51 @@ def test_audit_rights_are_read_only_and_grow_only_with_what_it_writes():
     assert lease_rule["resourceNames"] == [name] and lease_rule["resources"] == ["leases"]
     assert one(objects, "Lease")["metadata"]["name"] == name
     for binding in ("ClusterRoleBinding", "RoleBinding"):
-        (subject,) = one(objects, binding)["subjects"]
+        (subject,) = find(objects, binding, name)[0]["subjects"]
         assert (subject["name"], subject["namespace"]) == (f"{RELEASE}-digest-gate", NAMESPACE)
+
+
+def test_uninstall_hook_deletes_what_the_audit_wrote_with_rights_of_its_own():
+    assert not find(render(), "Job")
+    objects = render({"audit": {"enabled": True}})
+    hooks = [o for o in objects if "helm.sh/hook" in o["metadata"].get("annotations", {})]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in hooks) == [
+        ("ClusterRole", CLEANUP), ("ClusterRoleBinding", CLEANUP), ("Job", CLEANUP), ("ServiceAccount", CLEANUP)]
+    weights = {}
+    for o in hooks:
+        annotations = o["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        weights[o["kind"]] = int(annotations["helm.sh/hook-weight"])
+    # Its account and rights exist before the Job starts.
+    assert max(w for kind, w in weights.items() if kind != "Job") < weights["Job"]
+    assert rules(objects, "ClusterRole", CLEANUP) == {
+        ("", "events"): {"list", "delete"},
+        ("wgpolicyk8s.io", "policyreports"): {"list", "delete"},
+        ("wgpolicyk8s.io", "clusterpolicyreports"): {"list", "delete"},
+        ("rbac.authorization.k8s.io", "clusterroles"): {"get"}}
+    (role_rule,) = [r for r in find(objects, "ClusterRole", CLEANUP)[0]["rules"] if r["resources"] == ["clusterroles"]]
+    assert role_rule["resourceNames"] == [AUDIT_ROLE]
+    (subject,) = find(objects, "ClusterRoleBinding", CLEANUP)[0]["subjects"]
+    assert (subject["name"], subject["namespace"]) == (CLEANUP, NAMESPACE)
+
+    pod = one(objects, "Job")["spec"]["template"]
+    (job,) = pod["spec"]["containers"]
+    assert job["args"] == ["cleanup", f"--owner={AUDIT_ROLE}"]
+    assert job["image"] == container(objects)["image"]
+    assert pod["spec"]["serviceAccountName"] == CLEANUP and pod["spec"]["restartPolicy"] == "Never"
+    assert job["securityContext"] == container(objects)["securityContext"]
+    # The webhook's Service never routes a review to the hook's pod.
+    selector = one(objects, "Service")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    # The webhook's own account never deletes anything.
+    assert not any("delete" in verbs for verbs in rules(render({"audit": AUDIT_ALL}), "ClusterRole").values())
 
 
 def test_audit_flags_token_and_egress():
     objects = render({"audit": AUDIT_ALL, "networkPolicy": {"enabled": True}})
     argv = args(objects)
-    name = f"{RELEASE}-digest-gate-audit"
+    name = AUDIT_ROLE
     for flag in ["--audit-interval=10m", "--audit-policy-reports", "--audit-events", f"--audit-lease={name}",
                  f"--audit-owner={name}",
                  "--audit-namespace-selector=team=ml,stage notin (dev,test),serving,!legacy"]:

@@ -26,6 +26,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -282,9 +283,18 @@ class ControlPlane:
                    START_TIMEOUT)
 
     def _get(self, path: str) -> tuple[int, bytes]:
+        return self.request("GET", path)
+
+    def request(self, method: str, path: str, body: dict | None = None,
+                content_type: str = "application/json") -> tuple[int, bytes]:
+        """One request as the admin, for what kubectl 1.20 cannot send (a
+        status subresource patch)."""
         ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
         c = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=5)
-        c.request("GET", path, headers={"Authorization": f"Bearer {self.ADMIN_TOKEN}"})
+        headers = {"Authorization": f"Bearer {self.ADMIN_TOKEN}"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        c.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
         r = c.getresponse()
         return r.status, r.read()
 
@@ -440,24 +450,8 @@ class WebhookPod:
         return f"{self.deployment}-emulated-{self.port}"
 
     def _service_account_kubeconfig(self, account: str) -> pathlib.Path:
-        """What the kubelet mounts for a pod's service account, as a
-        kubeconfig: 1.20 mounts the account's token Secret (made by the token
-        controller), and in-cluster config reads a fixed path this process
-        cannot use, so the same token, CA and namespace go in a kubeconfig."""
-        def token():
-            sa = self.cluster.get("serviceaccount", account, self.namespace)
-            return sa and sa.get("secrets") and sa["secrets"][0]["name"]
-        secret_name = wait_until(f"ServiceAccount {account}'s token", token)
-        secret = self.cluster.get("secret", secret_name, self.namespace)
-        path = self.state / "serviceaccount.kubeconfig"
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "pod",
-            "clusters": [{"name": "pod", "cluster": {"server": self.cluster.url,
-                                                      "certificate-authority": str(self.cluster.pki / "ca.crt")}}],
-            "users": [{"name": "pod", "user": {"token": base64.b64decode(secret["data"]["token"]).decode()}}],
-            "contexts": [{"name": "pod", "context": {"cluster": "pod", "user": "pod", "namespace": self.namespace}}],
-        }))
-        return path
+        return service_account_kubeconfig(self.cluster, self.namespace, account,
+                                          self.state / "serviceaccount.kubeconfig")
 
     def arg(self, flag: str) -> str | None:
         for a in self.args:
@@ -500,6 +494,93 @@ class WebhookPod:
     def log_path(self) -> pathlib.Path:
         # Beside the volumes, not in them: start() clears the state directory.
         return self.state.parent / f"{self.state.name}.log"
+
+
+def service_account_kubeconfig(cluster: ControlPlane, namespace: str, account: str,
+                               path: pathlib.Path) -> pathlib.Path:
+    """What the kubelet mounts for a pod's service account, as a kubeconfig:
+    1.20 mounts the account's token Secret (made by the token controller),
+    and in-cluster config reads a fixed path a process here cannot use, so
+    the same token, CA and namespace go in a kubeconfig."""
+    def token():
+        sa = cluster.get("serviceaccount", account, namespace)
+        return sa and sa.get("secrets") and sa["secrets"][0]["name"]
+    secret_name = wait_until(f"ServiceAccount {account}'s token", token)
+    secret = cluster.get("secret", secret_name, namespace)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "pod",
+        "clusters": [{"name": "pod", "cluster": {"server": cluster.url,
+                                                  "certificate-authority": str(cluster.pki / "ca.crt")}}],
+        "users": [{"name": "pod", "user": {"token": base64.b64decode(secret["data"]["token"]).decode()}}],
+        "contexts": [{"name": "pod", "context": {"cluster": "pod", "user": "pod", "namespace": namespace}}],
+    }))
+    return path
+
+
+class HookJobs:
+    """Plays the Job controller and the kubelet for Helm's hook Jobs while a
+    Helm action runs (`with HookJobs(...)`): each Job that appears in
+    `namespace` has its container's args run by the debug binary, on its
+    service account's token, and is then marked Complete or Failed as the
+    Job controller would, which is what Helm waits for. `runs` records each:
+    (Job name, args, exit code, output)."""
+
+    def __init__(self, cluster: ControlPlane, namespace: str, state: pathlib.Path):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.state = state
+        self.runs: list[tuple[str, list[str], int, str]] = []
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "HookJobs":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=90)
+        if self._error is not None and exc[0] is None:
+            raise self._error
+
+    def _watch(self):
+        seen: set[str] = set()
+        try:
+            while not self._stop.wait(0.2):
+                for job in (self.cluster.get("jobs", namespace=self.namespace) or {}).get("items", []):
+                    uid = job["metadata"]["uid"]
+                    if uid not in seen:
+                        seen.add(uid)
+                        self._run(job)
+        except BaseException as e:  # noqa: BLE001 (reported on exit)
+            self._error = e
+
+    def _run(self, job: dict):
+        name = job["metadata"]["name"]
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and k != "KUBECONFIG"}
+        env["NO_PROXY"] = "127.0.0.1,localhost"
+        env["KUBECONFIG"] = str(service_account_kubeconfig(self.cluster, self.namespace, pod["serviceAccountName"],
+                                                           self.state / name / "kubeconfig"))
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        run = subprocess.run([str(binary()), *container.get("args", [])], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.runs.append((name, container.get("args", []), run.returncode, run.stdout + run.stderr))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if run.returncode == 0:
+            status = {"conditions": [{"type": "Complete", "status": "True", "lastProbeTime": now,
+                                      "lastTransitionTime": now}],
+                      "startTime": started, "completionTime": now, "succeeded": 1}
+        else:
+            status = {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                                      "lastProbeTime": now, "lastTransitionTime": now}],
+                      "startTime": started, "failed": 1}
+        code, body = self.cluster.request("PATCH", f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{name}/status",
+                                          {"status": status}, "application/merge-patch+json")
+        assert code == 200, (code, body[:300])
 
 
 def external_name_service(name: str, namespace: str, port: int) -> dict:

@@ -10,7 +10,7 @@ import subprocess
 import helm_python as helm
 import yaml
 
-from cluster import ROOT, ControlPlane, WebhookPod, external_name_service, free_port
+from cluster import ROOT, ControlPlane, HookJobs, WebhookPod, external_name_service, free_port
 
 CHART = ROOT / "charts" / "digest-gate"
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
@@ -89,6 +89,8 @@ class Release:
         self.helm = helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=RELEASE_NAMESPACE)
         self.pod = WebhookPod(cluster, RELEASE_NAMESPACE, FULLNAME, state / "pod", self.port)
         self.installed = False
+        # What the last uninstall's hook Jobs ran: (name, args, exit code, output).
+        self.hook_runs: list[tuple[str, list[str], int, str]] = []
 
     def values(self, extra: dict | None = None) -> dict:
         base = {
@@ -134,7 +136,11 @@ class Release:
 
     def uninstall(self):
         self._unloop()
-        self.helm.uninstall(RELEASE, timeout=120)
+        # The chart's pre-delete hook (with audit.enabled) is a Job: played
+        # here, as the pod is.
+        with HookJobs(self.cluster, RELEASE_NAMESPACE, self.state / "hooks") as hooks:
+            self.helm.uninstall(RELEASE, timeout=120)
+        self.hook_runs = hooks.runs
         self.installed = False
 
     def webhook_configurations(self) -> list[dict]:

@@ -33,6 +33,12 @@ def audit(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env=env)
 
 
+def cleanup(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost"}
+    return subprocess.run([str(binary()), "cleanup", "--kubeconfig", str(kubeconfig), "--request-timeout", "10s",
+                           *args], capture_output=True, text=True, timeout=120, env=env)
+
+
 def check_json(path: pathlib.Path) -> dict:
     r = subprocess.run([str(binary()), "check", "--allowlist", str(ALLOWLIST), "-f", str(path), "-o", "json"],
                        capture_output=True, text=True, timeout=60)
@@ -315,13 +321,25 @@ def test_the_webhooks_background_audit_finds_the_same_and_leaves_with_the_releas
     assert r.returncode == 1, r.stdout + r.stderr
     assert "error:" not in r.stdout
 
-    # Uninstalled, the release takes its reports, Events and Lease along
-    # (the garbage collector follows the owner references); the CRDs stay.
+    # Uninstalled, the release takes its reports, Events and Lease along: the
+    # pre-delete hook deletes what the audit role owns before Helm deletes
+    # anything (the garbage collector ignores Events from 1.25 on, so it
+    # cannot be relied on for them); the CRDs stay.
+    written = owned_by_release(cluster)
+    assert sorted(written[POLICY_REPORT]) == ["digest-gate", "digest-gate"] and len(written["events"]) == 5
     release.uninstall()
-    wait_until("the garbage collector to remove the audit's reports and Events",
-               lambda: owned_by_release(cluster) == {POLICY_REPORT: [], "events": []})
+    (hook,) = release.hook_runs
+    cleanup = f"{RELEASE}-{AUDITOR}-cleanup"
+    assert hook[:3] == (cleanup, ["cleanup", f"--owner={RELEASE}-{AUDITOR}"], 0), hook
+    assert hook[3].startswith(f'deleted 2 policy reports and 5 events owned by ClusterRole "{RELEASE}-{AUDITOR}"'), \
+        hook[3]
+    assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
     assert cluster.get("lease", f"{RELEASE}-{AUDITOR}", RELEASE_NAMESPACE) is None
     assert cluster.get("crd", "policyreports.wgpolicyk8s.io") is not None
+    # The hook's own account, rights and Job went with it.
+    for kind, namespace in (("job", RELEASE_NAMESPACE), ("serviceaccount", RELEASE_NAMESPACE),
+                            ("clusterrole", None), ("clusterrolebinding", None)):
+        assert cluster.get(kind, cleanup, namespace) is None, kind
 
 
 # --- what --policy-reports and --events write --------------------------------
@@ -418,6 +436,22 @@ def test_policy_reports_and_events_are_written_once_and_follow_the_cluster(repor
     models = cluster.get(POLICY_REPORT, "digest-gate", MODELS)
     assert ("ServingRuntime", "ovms-late") not in results_by_object(models)
     assert models["summary"]["fail"] == 4
+
+    # `cleanup` takes back what the audits wrote, and nothing else: another
+    # tool's Event stays; an owner that does not exist is an error.
+    cluster.apply({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "someone-elses", "namespace": MODELS},
+                   "involvedObject": {"kind": "ServingRuntime", "name": "ovms", "namespace": MODELS},
+                   "reason": "Pulled", "message": "not digest-gate's", "type": "Normal"})
+    r = cleanup(cluster.kubeconfig, "--owner", "no-such-role")
+    assert r.returncode == 2 and 'cannot get ClusterRole "no-such-role"' in r.stderr, r.stderr
+    assert len(our_events(cluster, MODELS)) == 5
+    r = cleanup(cluster.kubeconfig)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("deleted 2 policy reports and 6 events from "), r.stdout
+    assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
+    assert cluster.get("event", "someone-elses", MODELS) is not None
+    r = cleanup(cluster.kubeconfig)
+    assert (r.returncode, r.stdout.split(" from ")[0]) == (0, "deleted 0 policy reports and 0 events")
 
 
 def test_policy_reports_speak_for_whole_namespaces(stale):
