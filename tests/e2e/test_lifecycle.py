@@ -11,6 +11,8 @@ import helm_python as helm
 import pytest
 import yaml
 
+from cluster import wait_until
+
 from harness import (CHART, FULLNAME, INCIDENT_IMAGE, PROMOTED_IMAGE, RELEASE, RELEASE_NAMESPACE, incident_runtime,
                      previous_chart)
 
@@ -115,6 +117,31 @@ def test_upgrade_from_0_1_0_with_its_values_succeeds(cluster, release, models, t
     rel = release.upgrade(old_values, raw=True)
     assert rel["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.1.0"
     assert release.ca_bundles() == bundles
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+
+def test_upgrade_from_0_2_0_turns_the_audit_on_and_a_rollback_off(cluster, release, models, tmp_path):
+    old = previous_chart("0.2.0", tmp_path / "old")
+    release.install(release.values(), chart=old, raw=True)
+    audit_role = f"{FULLNAME}-audit"
+    # The old values upgrade as they are: nothing of the audit appears.
+    release.upgrade()
+    assert cluster.get("clusterrole", audit_role) is None
+    assert not release.pod.metric("digest_gate_audit_leader")
+
+    release.upgrade({"audit": {"enabled": True, "interval": "1h"}})
+    wait_until("the background audit's first run",
+               lambda: release.pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    assert release.pod.metric("digest_gate_audit_leader") == 1
+    assert release.pod.metric("digest_gate_audit_errors_total") == 0, release.pod.log_path.read_text()
+    assert cluster.get("lease", audit_role, RELEASE_NAMESPACE)["spec"]["holderIdentity"] == release.pod.pod_name
+
+    release.rollback(2)
+    for kind, namespace in (("clusterrole", None), ("clusterrolebinding", None), ("lease", RELEASE_NAMESPACE),
+                            ("role", RELEASE_NAMESPACE)):
+        assert cluster.get(kind, audit_role, namespace) is None, kind
+    assert not release.pod.metric("digest_gate_audit_leader")
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
