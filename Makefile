@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test tools build fetch release clean bench bench-load bench-instructions soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test tools build fetch release clean bench bench-load bench-instructions bench-audit soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -80,6 +80,13 @@ bench-instructions:
 	$(PYTHON) bench/instructions.py
 	mkdir -p bench/results
 	cp target/bench-load/instructions.md target/bench-load/instructions.json bench/results/
+
+# `digest-gate audit` of 5,000 Pods and 500 ServingRuntimes on the e2e control
+# plane, against kubectl reading the same objects; see BENCHMARKS.md.
+bench-audit: $(VENV)/.installed tools
+	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" $(VENV)/bin/python bench/audit_scale.py
+	mkdir -p bench/results
+	cp target/bench-audit/report.md bench/results/audit.md
 
 release:
 	$(CARGO) build --release --locked
