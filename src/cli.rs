@@ -50,7 +50,7 @@ pub enum Command {
     /// uninstall`. Exit codes: 0 everything found was deleted (or nothing
     /// was found); 2 the cluster unreachable, or something could not be
     /// listed or deleted.
-    Cleanup(ClusterArgs),
+    Cleanup(CleanupArgs),
     /// Work with allowlist files.
     #[command(subcommand)]
     Allowlist(AllowlistCommand),
@@ -201,7 +201,7 @@ impl ConnectionArgs {
 
 /// `digest-gate cleanup`.
 #[derive(Debug, Args)]
-pub struct ClusterArgs {
+pub struct CleanupArgs {
     #[command(flatten)]
     pub connection: ConnectionArgs,
     /// Only what this ClusterRole owns: what the background audit of the
@@ -569,7 +569,7 @@ fn client_runtime() -> Option<tokio::runtime::Runtime> {
         .ok()
 }
 
-fn run_cleanup(args: &ClusterArgs) -> u8 {
+fn run_cleanup(args: &CleanupArgs) -> u8 {
     let Some(runtime) = client_runtime() else {
         return 2;
     };

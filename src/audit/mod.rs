@@ -368,19 +368,28 @@ struct Lister<'a> {
     label_selector: Option<&'a str>,
 }
 
-/// One page of a list, each item decoded with only what the walkers read.
+/// One page of a list: its items, decoded as `T` decodes them (the
+/// walkers' pruned shape, or only what identifies an object), and the
+/// token of the next page.
 #[derive(Deserialize)]
-struct Page {
+struct Page<T> {
     #[serde(default)]
     metadata: PageMeta,
-    #[serde(default)]
-    items: Vec<Listed>,
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
 }
 
 #[derive(Default, Deserialize)]
 struct PageMeta {
     #[serde(rename = "continue", default)]
     next: Option<String>,
+}
+
+impl<T> Page<T> {
+    /// The next page's token; `None` on the last page.
+    fn next(&mut self) -> Option<String> {
+        self.metadata.next.take().filter(|t| !t.is_empty())
+    }
 }
 
 struct Listed(Value);
@@ -420,12 +429,13 @@ impl Lister<'_> {
             let request = Request::new(&path)
                 .list(&params)
                 .map_err(|e| Failure::Request(format!("cannot {doing}: {e}")))?;
-            let page: Page = self
+            let mut page: Page<Listed> = self
                 .connection
                 .client
                 .request(request)
                 .await
                 .map_err(|e| self.connection.describe(&doing, &e))?;
+            let next = page.next();
             for Listed(mut object) in page.items {
                 if let Some(map) = object.as_object_mut() {
                     map.entry("apiVersion")
@@ -434,7 +444,7 @@ impl Lister<'_> {
                 }
                 each(object);
             }
-            match page.metadata.next.filter(|t| !t.is_empty()) {
+            match next {
                 Some(token) => params = params.continue_token(&token),
                 None => return Ok(()),
             }
@@ -466,13 +476,13 @@ mod tests {
 
     #[test]
     fn list_items_keep_what_names_their_owners() {
-        let page: Page = serde_json::from_str(
+        let mut page: Page<Listed> = serde_json::from_str(
             r#"{"metadata": {"continue": "abc"}, "items": [{"metadata": {"name": "p", "uid": "u",
                 "ownerReferences": [{"kind": "ReplicaSet", "name": "r", "uid": "v", "controller": true}],
                 "managedFields": [{"manager": "x"}]}, "spec": {"containers": [{"name": "c", "image": "i", "env": []}]}}]}"#,
         )
         .unwrap();
-        assert_eq!(page.metadata.next.as_deref(), Some("abc"));
+        assert_eq!(page.next().as_deref(), Some("abc"));
         let object = &page.items[0].0;
         assert_eq!(owners::controller_uid(object).as_deref(), Some("v"));
         assert!(object.pointer("/metadata/managedFields").is_none());

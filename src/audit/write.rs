@@ -17,7 +17,7 @@ use kube::core::params::{DeleteParams, ListParams, Patch, PatchParams, PostParam
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Connection, Covered, Failure};
+use super::{Connection, Covered, Failure, Page};
 use crate::report::{ImageReport, ObjectReport, Report};
 
 /// The policy name in every result, and the name of every report.
@@ -581,20 +581,6 @@ impl Item {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct ItemPage {
-    #[serde(default)]
-    metadata: Continue,
-    #[serde(default)]
-    items: Vec<Item>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct Continue {
-    #[serde(rename = "continue", default)]
-    next: Option<String>,
-}
-
 /// The objects of `plural` in every namespace that an audit wrote (and
 /// `owner_uid` owns). `Err(None)`: the cluster does not serve them.
 async fn ours(
@@ -613,18 +599,19 @@ async fn ours(
         let request = Request::new(&path)
             .list(&params)
             .map_err(|e| Some(Failure::Request(format!("cannot list {kind}s: {e}"))))?;
-        let page: ItemPage = match connection.client.request(request).await {
+        let mut page: Page<Item> = match connection.client.request(request).await {
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.code == 404 && kind != "Event" => return Err(None),
             Err(e) => return Err(Some(connection.describe(&format!("list {kind}s"), &e))),
         };
+        let next = page.next();
         found.extend(
             page.items
                 .into_iter()
                 .filter(|item| item.ours(kind, owner_uid))
                 .map(|item| item.metadata),
         );
-        match page.metadata.next.filter(|t| !t.is_empty()) {
+        match next {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(found),
         }
