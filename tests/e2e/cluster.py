@@ -372,6 +372,8 @@ class WebhookPod:
         self.admin_port = free_port()
         self.process: Process | None = None
         self.args: list[str] = []
+        # The mounted volumes by name, as the Deployment declares them.
+        self.volumes: dict[str, dict] = {}
 
     def _volume_files(self, volume: dict) -> dict[str, bytes]:
         if "secret" in volume:
@@ -395,6 +397,29 @@ class WebhookPod:
         for key in files:
             (directory / key).symlink_to(f"..data/{key}")
 
+    def sync_volumes(self):
+        """What the kubelet does when a mounted ConfigMap or Secret changed:
+        the new content in a new timestamped directory, then `..data`
+        swapped to it in one rename (the update digest-gate's reload
+        watches for), keys added or removed through it."""
+        for name, volume in self.volumes.items():
+            directory = self.state / "volumes" / name
+            files = self._volume_files(volume)
+            old = os.readlink(directory / "..data")
+            stamp = directory / f"..{time.time_ns()}"
+            stamp.mkdir()
+            for key, data in files.items():
+                (stamp / key).write_bytes(data)
+            (directory / "..data_tmp").symlink_to(stamp.name)
+            os.rename(directory / "..data_tmp", directory / "..data")
+            for entry in directory.iterdir():
+                if not entry.name.startswith("..") and entry.name not in files:
+                    entry.unlink()
+            for key in files:
+                if not (directory / key).is_symlink():
+                    (directory / key).symlink_to(f"..data/{key}")
+            shutil.rmtree(directory / old)
+
     def start(self, timeout: float = WAIT_TIMEOUT) -> "WebhookPod":
         deployment = self.cluster.get("deployment", self.deployment, self.namespace)
         assert deployment, f"Deployment {self.namespace}/{self.deployment} is missing"
@@ -402,12 +427,14 @@ class WebhookPod:
         container = pod["containers"][0]
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         mounts: dict[str, pathlib.Path] = {}
+        self.volumes = {}
         if self.state.exists():
             shutil.rmtree(self.state)
         for m in container.get("volumeMounts", []):
             local = self.state / "volumes" / m["name"]
             self._mount(local, self._volume_files(volumes[m["name"]]))
             mounts[m["mountPath"]] = local
+            self.volumes[m["name"]] = volumes[m["name"]]
 
         def local_path(value: str) -> str:
             for mount, local in mounts.items():

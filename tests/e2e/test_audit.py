@@ -291,6 +291,26 @@ def test_the_webhooks_background_audit_finds_the_same_and_leaves_with_the_releas
         assert pod.metric("digest_gate_audit_findings", kind=kind, verdict="rewrite") == n, kind
     assert pod.metric("digest_gate_audit_findings", verdict="deny") == 0
 
+    # An allowlist change (the ConfigMap edited, the kubelet's update) is an
+    # audit of its own, long before the interval: promoting the stale digest
+    # leaves nothing to find.
+    runs = pod.metric("digest_gate_audit_duration_seconds_count")
+    allowlist_cm = f"{FULLNAME}-allowlist"
+    original = cluster.get("configmap", allowlist_cm, RELEASE_NAMESPACE)["data"]
+    cluster.kubectl("patch", "configmap", allowlist_cm, "-n", RELEASE_NAMESPACE, "--type=merge",
+                    "-p", json.dumps({"data": {"stale.txt": INCIDENT_IMAGE + "\n"}}))
+    pod.sync_volumes()
+    wait_until("the audit after the reload", lambda: pod.metric("digest_gate_audit_duration_seconds_count") > runs)
+    assert pod.metric("digest_gate_audit_findings", verdict="rewrite") == 0
+    # ... and withdrawing it again brings the findings back.
+    cluster.kubectl("patch", "configmap", allowlist_cm, "-n", RELEASE_NAMESPACE, "--type=merge",
+                    "-p", json.dumps({"data": {"stale.txt": None}}))
+    assert cluster.get("configmap", allowlist_cm, RELEASE_NAMESPACE)["data"] == original
+    pod.sync_volumes()
+    wait_until("the audit after the second reload",
+               lambda: pod.metric("digest_gate_audit_findings", verdict="rewrite") == sum(expected.values()))
+    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+
     # It holds the Lease, and what it wrote is owned by its ClusterRole.
     lease = cluster.get("lease", f"{RELEASE}-{AUDITOR}", RELEASE_NAMESPACE)
     assert lease["spec"]["holderIdentity"] == pod.pod_name
