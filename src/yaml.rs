@@ -600,7 +600,7 @@ impl Offsets {
 /// The edit that makes the scalar at `node` read `new_value`, keeping its
 /// quoting style, any tag or anchor written before it, and everything around.
 pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) -> Result<Edit, EditError> {
-    let (mut start, end) = offsets.range(node);
+    let (mut start, mut end) = offsets.range(node);
     let style = node.style.ok_or(EditError::NotScalar { line: node.line })?;
     // Properties (`!!str`, `&anchor`) come first in the span; keep them.
     loop {
@@ -611,6 +611,11 @@ pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) 
         let token = rest.find(char::is_whitespace).unwrap_or(rest.len());
         let spaces = rest[token..].len() - rest[token..].trim_start().len();
         start += token + spaces;
+    }
+    // saphyr-parser's span of a quoted scalar runs on over the blanks and a
+    // comment after it: the edit ends at the closing quote.
+    if let Some(quote) = quoted_end(text, start, style).filter(|&q| q <= end) {
+        end = quote;
     }
     let replacement = match style {
         ScalarStyle::Plain if is_plain_safe(new_value) => new_value.to_owned(),
@@ -639,6 +644,33 @@ pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) 
         end,
         text: replacement,
     })
+}
+
+/// The byte after the closing quote of the quoted scalar that opens at
+/// `start`; `None` for other styles or an unclosed quote.
+fn quoted_end(text: &str, start: usize, style: ScalarStyle) -> Option<usize> {
+    let (quote, doubled_escapes) = match style {
+        ScalarStyle::DoubleQuoted => ('"', false),
+        // Inside single quotes the only escape is a doubled quote.
+        ScalarStyle::SingleQuoted => ('\'', true),
+        _ => return None,
+    };
+    let mut chars = text.get(start..)?.char_indices().peekable();
+    if chars.next()?.1 != quote {
+        return None;
+    }
+    while let Some((i, c)) = chars.next() {
+        if c == '\\' && !doubled_escapes {
+            chars.next();
+        } else if c == quote {
+            if doubled_escapes && chars.peek().is_some_and(|&(_, n)| n == quote) {
+                chars.next();
+            } else {
+                return Some(start + i + c.len_utf8());
+            }
+        }
+    }
+    None
 }
 
 /// A JSON string literal, which is also a valid YAML double-quoted scalar.
@@ -863,6 +895,24 @@ mod tests {
             "{\"image\": \"a.io/x:2\"}"
         );
         assert_eq!(fix("[é, image]\n", "/1", "a.io/x:2"), "[é, a.io/x:2]\n");
+        // A comment after a quoted scalar is not part of it (the parser's
+        // span of a quoted scalar runs on over it).
+        assert_eq!(
+            fix("image: \"a.io/x:1\"   # stale!\nnext: 1\n", "/image", "a.io/x:2"),
+            "image: \"a.io/x:2\"   # stale!\nnext: 1\n"
+        );
+        assert_eq!(
+            fix("image: 'a.io/''x:1'  # it''s\n", "/image", "a.io/x:2"),
+            "image: 'a.io/x:2'  # it''s\n"
+        );
+        assert_eq!(
+            fix("image: \"a.io/\\\"x:1\" # c\n", "/image", "a.io/x:2"),
+            "image: \"a.io/x:2\" # c\n"
+        );
+        assert_eq!(
+            fix("[\"a.io/x:1\" , 2] # c\n", "/0", "a.io/x:2"),
+            "[\"a.io/x:2\" , 2] # c\n"
+        );
         // A plain scalar that would not stay a plain string gets quoted.
         assert_eq!(
             fix("image: a.io/x:1\n", "/image", "[::1]:5000/x"),

@@ -119,6 +119,34 @@ fn fix_changes_only_the_image_line_and_the_result_passes() {
     assert_eq!(again.code, 0, "{}", again.stdout);
 }
 
+#[test]
+fn fix_keeps_the_comment_after_a_quoted_image() {
+    for (quoted, fixed) in [
+        (
+            format!("\"{OVMS}@{NEVER_PROMOTED}\""),
+            format!("\"{OVMS}@{PROMOTED}\""),
+        ),
+        (
+            format!("'{OVMS}@{NEVER_PROMOTED}'"),
+            format!("'{OVMS}@{PROMOTED}'"),
+        ),
+    ] {
+        let manifest = |image: &str| {
+            format!(
+                "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata:\n  name: ovms\n\
+                 spec:\n  containers:\n    - name: ovms\n      image: {image}   # stale!\n\
+                 \x20     args: ['--port=8001']  # kept\n"
+            )
+        };
+        let run = digest_gate(
+            &["check", "--allowlist", &example_allowlist(), "-f", "-", "--fix"],
+            Some(&manifest(&quoted)),
+        );
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(run.stdout, manifest(&fixed));
+    }
+}
+
 /// Each upstream fixture's placeholder image, denied with what it is.
 #[rstest::rstest]
 #[case::angle_bracket_placeholder(
