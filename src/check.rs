@@ -130,6 +130,21 @@ fn documents(text: &str) -> Result<(Vec<Document>, bool), String> {
     }
 }
 
+/// Why `input` could not be read; for a Helm template, the usual reason, what
+/// to run instead: the parser's own words (`a mapping key must be a scalar`)
+/// do not point there.
+fn unreadable(input: &Input, error: &str) -> String {
+    let mut message = format!("{}: not valid YAML or JSON: {error}", input.name);
+    if let Some(at) = input.text.find("{{") {
+        let line = input.text[..at].matches('\n').count() + 1;
+        message.push_str(&format!(
+            "; it looks like a Helm template ('{{{{' on line {line}): render it and check the result, \
+             e.g. helm template RELEASE CHART | digest-gate check --allowlist ... -f -"
+        ));
+    }
+    message
+}
+
 /// An object found in a document, with its pointer prefix in the document.
 struct Found<'d> {
     object: &'d Value,
@@ -164,10 +179,7 @@ fn check_input(input: &Input, allowlist: &Allowlist, policy: &Policy, fix: bool,
     let (docs, positioned) = match documents(&input.text) {
         Ok(d) => d,
         Err(e) => {
-            outcome
-                .report
-                .errors
-                .push(format!("{}: not valid YAML or JSON: {e}", input.name));
+            outcome.report.errors.push(unreadable(input, &e));
             return;
         }
     };

@@ -147,6 +147,33 @@ fn fix_keeps_the_comment_after_a_quoted_image() {
     }
 }
 
+#[test]
+fn a_helm_template_is_named_as_one_with_the_pipe_to_use() {
+    // The chart's own Deployment template: `{{- if ... }}` lines are not YAML.
+    let run = check(
+        &example_allowlist(),
+        &path("charts/digest-gate/templates/deployment.yaml"),
+        &[],
+    );
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    let out = run.stdout + &run.stderr;
+    assert!(
+        out.contains("it looks like a Helm template ('{{' on line 4)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("helm template RELEASE CHART | digest-gate check --allowlist ... -f -"),
+        "{out}"
+    );
+    // Broken YAML without template braces gets no such hint.
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-"],
+        Some("a: [1\n"),
+    );
+    assert_eq!(run.code, 2);
+    assert!(!(run.stdout + &run.stderr).contains("Helm"));
+}
+
 /// Each upstream fixture's placeholder image, denied with what it is.
 #[rstest::rstest]
 #[case::angle_bracket_placeholder(
