@@ -868,56 +868,69 @@ mod tests {
         out
     }
 
-    #[test]
-    fn edits_keep_each_quoting_style() {
-        assert_eq!(
-            fix("image: a.io/x:1 # pinned\n", "/image", "a.io/x@sha256:1"),
-            "image: a.io/x@sha256:1 # pinned\n"
-        );
-        assert_eq!(
-            fix("image: 'a.io/x:1'\n", "/image", "a.io/x:2"),
-            "image: 'a.io/x:2'\n"
-        );
-        assert_eq!(
-            fix("image: \"a.io/x:1\"\n", "/image", "a.io/x:2"),
-            "image: \"a.io/x:2\"\n"
-        );
-        assert_eq!(
-            fix("image: >-\n  a.io/x:1\nnext: 1\n", "/image", "a.io/x:2"),
-            "image: >-\n  a.io/x:2\nnext: 1\n"
-        );
-        assert_eq!(
-            fix("image: !!str &i a.io/x:1\n", "/image", "a.io/x:2"),
-            "image: !!str &i a.io/x:2\n"
-        );
-        assert_eq!(
-            fix("{\"image\": \"a.io/x:1\"}", "/image", "a.io/x:2"),
-            "{\"image\": \"a.io/x:2\"}"
-        );
-        assert_eq!(fix("[é, image]\n", "/1", "a.io/x:2"), "[é, a.io/x:2]\n");
-        // A comment after a quoted scalar is not part of it (the parser's
-        // span of a quoted scalar runs on over it).
-        assert_eq!(
-            fix("image: \"a.io/x:1\"   # stale!\nnext: 1\n", "/image", "a.io/x:2"),
-            "image: \"a.io/x:2\"   # stale!\nnext: 1\n"
-        );
-        assert_eq!(
-            fix("image: 'a.io/''x:1'  # it''s\n", "/image", "a.io/x:2"),
-            "image: 'a.io/x:2'  # it''s\n"
-        );
-        assert_eq!(
-            fix("image: \"a.io/\\\"x:1\" # c\n", "/image", "a.io/x:2"),
-            "image: \"a.io/x:2\" # c\n"
-        );
-        assert_eq!(
-            fix("[\"a.io/x:1\" , 2] # c\n", "/0", "a.io/x:2"),
-            "[\"a.io/x:2\" , 2] # c\n"
-        );
-        // A plain scalar that would not stay a plain string gets quoted.
-        assert_eq!(
-            fix("image: a.io/x:1\n", "/image", "[::1]:5000/x"),
-            "image: \"[::1]:5000/x\"\n"
-        );
+    #[rstest::rstest]
+    #[case::plain_keeps_its_comment(
+        "image: a.io/x:1 # pinned\n",
+        "/image",
+        "a.io/x@sha256:1",
+        "image: a.io/x@sha256:1 # pinned\n"
+    )]
+    #[case::single_quoted("image: 'a.io/x:1'\n", "/image", "a.io/x:2", "image: 'a.io/x:2'\n")]
+    #[case::double_quoted("image: \"a.io/x:1\"\n", "/image", "a.io/x:2", "image: \"a.io/x:2\"\n")]
+    #[case::folded(
+        "image: >-\n  a.io/x:1\nnext: 1\n",
+        "/image",
+        "a.io/x:2",
+        "image: >-\n  a.io/x:2\nnext: 1\n"
+    )]
+    #[case::tag_and_anchor_stay(
+        "image: !!str &i a.io/x:1\n",
+        "/image",
+        "a.io/x:2",
+        "image: !!str &i a.io/x:2\n"
+    )]
+    #[case::json(
+        "{\"image\": \"a.io/x:1\"}",
+        "/image",
+        "a.io/x:2",
+        "{\"image\": \"a.io/x:2\"}"
+    )]
+    #[case::after_multibyte_text("[é, image]\n", "/1", "a.io/x:2", "[é, a.io/x:2]\n")]
+    // A comment after a quoted scalar is not part of it (the parser's span of
+    // a quoted scalar runs on over it).
+    #[case::double_quoted_keeps_its_comment(
+        "image: \"a.io/x:1\"   # stale!\nnext: 1\n",
+        "/image",
+        "a.io/x:2",
+        "image: \"a.io/x:2\"   # stale!\nnext: 1\n"
+    )]
+    #[case::single_quoted_with_escapes_keeps_its_comment(
+        "image: 'a.io/''x:1'  # it''s\n",
+        "/image",
+        "a.io/x:2",
+        "image: 'a.io/x:2'  # it''s\n"
+    )]
+    #[case::double_quoted_with_escapes_keeps_its_comment(
+        "image: \"a.io/\\\"x:1\" # c\n",
+        "/image",
+        "a.io/x:2",
+        "image: \"a.io/x:2\" # c\n"
+    )]
+    #[case::in_a_flow_sequence("[\"a.io/x:1\" , 2] # c\n", "/0", "a.io/x:2", "[\"a.io/x:2\" , 2] # c\n")]
+    // A plain scalar that would not stay a plain string gets quoted.
+    #[case::plain_that_needs_quotes(
+        "image: a.io/x:1\n",
+        "/image",
+        "[::1]:5000/x",
+        "image: \"[::1]:5000/x\"\n"
+    )]
+    fn edits_keep_each_quoting_style(
+        #[case] text: &str,
+        #[case] pointer: &str,
+        #[case] new: &str,
+        #[case] expected: &str,
+    ) {
+        assert_eq!(fix(text, pointer, new), expected);
     }
 
     #[test]
