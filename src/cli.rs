@@ -575,16 +575,15 @@ fn run_cleanup(args: &CleanupArgs) -> u8 {
     };
     let result = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings()).await?;
-        let owner = match &args.owner {
+        let uid = match &args.owner {
             Some(name) => Some(
-                audit::write::cluster_role_owner(&connection, name)
+                audit::write::cluster_role_uid(&connection, name)
                     .await
                     .map_err(|f| f.message().to_owned())?,
             ),
             None => None,
         };
-        let uid = owner.as_ref().and_then(|o| o["uid"].as_str());
-        let removed = audit::write::remove(&connection, uid).await?;
+        let removed = audit::write::remove(&connection, uid.as_deref()).await?;
         Ok::<_, String>((connection, removed))
     });
     let (connection, removed) = match result {

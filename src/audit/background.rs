@@ -206,8 +206,8 @@ async fn elect(connection: &Connection, name: &str) -> Result<(watch::Receiver<b
 /// The owner reference of ClusterRole `name`, or `None` (logged, counted,
 /// retried next run) when it cannot be read.
 async fn owner_reference(connection: &Connection, name: &str, state: &State) -> Option<Value> {
-    match super::write::cluster_role_owner(connection, name).await {
-        Ok(owner) => Some(owner),
+    match super::write::cluster_role_uid(connection, name).await {
+        Ok(uid) => Some(super::write::cluster_role_owner(name, &uid)),
         Err(e) => {
             state.metrics.audit_failed();
             tracing::warn!(error = %e.message(), "background audit: what it writes has no owner this run");

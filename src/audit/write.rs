@@ -618,9 +618,9 @@ async fn ours(
     }
 }
 
-/// The owner reference of ClusterRole `name`: what the background audit
-/// puts on everything it writes, and what `cleanup --owner` deletes by.
-pub async fn cluster_role_owner(connection: &Connection, name: &str) -> Result<Value, Failure> {
+/// The uid of ClusterRole `name`: what owns everything the background audit
+/// writes, and what `cleanup --owner` deletes by.
+pub async fn cluster_role_uid(connection: &Connection, name: &str) -> Result<String, Failure> {
     let doing = format!("get ClusterRole \"{name}\"");
     let request = Request::new("/apis/rbac.authorization.k8s.io/v1/clusterroles")
         .get(name, &Default::default())
@@ -630,11 +630,15 @@ pub async fn cluster_role_owner(connection: &Connection, name: &str) -> Result<V
         .request(request)
         .await
         .map_err(|e| connection.describe(&doing, &e))?;
-    let uid = role
-        .pointer("/metadata/uid")
+    role.pointer("/metadata/uid")
         .and_then(Value::as_str)
-        .ok_or_else(|| Failure::Request(format!("ClusterRole \"{name}\" has no uid")))?;
-    Ok(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": uid}))
+        .map(str::to_owned)
+        .ok_or_else(|| Failure::Request(format!("ClusterRole \"{name}\" has no uid")))
+}
+
+/// The owner reference put on what the background audit writes.
+pub fn cluster_role_owner(name: &str, uid: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": uid})
 }
 
 #[cfg(test)]
