@@ -200,3 +200,20 @@ selector string `--audit-namespace-selector` takes; empty for all. */}}
 {{- end }}
 {{- join "," $terms }}
 {{- end }}
+
+{{/* The pod and container security contexts every digest-gate pod runs with
+(the webhook and the uninstall hook): non-root, RuntimeDefault seccomp, a
+read-only root filesystem and no capabilities. */}}
+{{- define "digest-gate.podSecurityContext" -}}
+runAsNonRoot: true
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "digest-gate.containerSecurityContext" -}}
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
