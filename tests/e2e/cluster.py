@@ -387,38 +387,31 @@ class WebhookPod:
         raise AssertionError(f"volume kind not emulated: {volume}")
 
     def _mount(self, directory: pathlib.Path, files: dict[str, bytes]):
-        """The kubelet's atomic-writer layout: a timestamped directory, a
-        `..data` symlink to it, and one symlink per key through `..data`."""
+        """The kubelet's atomic writer, for the first write and every update:
+        the content in a new timestamped directory, `..data` pointed at it in
+        one rename (the swap digest-gate's reload watches for), one symlink
+        per key through `..data`, and the previous content removed."""
         stamp = directory / f"..{time.time_ns()}"
         stamp.mkdir(parents=True)
         for key, data in files.items():
             (stamp / key).write_bytes(data)
-        (directory / "..data").symlink_to(stamp.name)
+        data = directory / "..data"
+        old = os.readlink(data) if data.is_symlink() else None
+        (directory / "..data_tmp").symlink_to(stamp.name)
+        os.rename(directory / "..data_tmp", data)
+        for entry in directory.iterdir():
+            if not entry.name.startswith("..") and entry.name not in files:
+                entry.unlink()
         for key in files:
-            (directory / key).symlink_to(f"..data/{key}")
+            if not (directory / key).is_symlink():
+                (directory / key).symlink_to(f"..data/{key}")
+        if old:
+            shutil.rmtree(directory / old)
 
     def sync_volumes(self):
-        """What the kubelet does when a mounted ConfigMap or Secret changed:
-        the new content in a new timestamped directory, then `..data`
-        swapped to it in one rename (the update digest-gate's reload
-        watches for), keys added or removed through it."""
+        """What the kubelet does when a mounted ConfigMap or Secret changed."""
         for name, volume in self.volumes.items():
-            directory = self.state / "volumes" / name
-            files = self._volume_files(volume)
-            old = os.readlink(directory / "..data")
-            stamp = directory / f"..{time.time_ns()}"
-            stamp.mkdir()
-            for key, data in files.items():
-                (stamp / key).write_bytes(data)
-            (directory / "..data_tmp").symlink_to(stamp.name)
-            os.rename(directory / "..data_tmp", directory / "..data")
-            for entry in directory.iterdir():
-                if not entry.name.startswith("..") and entry.name not in files:
-                    entry.unlink()
-            for key in files:
-                if not (directory / key).is_symlink():
-                    (directory / key).symlink_to(f"..data/{key}")
-            shutil.rmtree(directory / old)
+            self._mount(self.state / "volumes" / name, self._volume_files(volume))
 
     def start(self, timeout: float = WAIT_TIMEOUT) -> "WebhookPod":
         deployment = self.cluster.get("deployment", self.deployment, self.namespace)
@@ -453,8 +446,7 @@ class WebhookPod:
                 value = local_path(value)
             args.append(flag + eq + value if eq else arg)
         self.args = args
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and k != "KUBECONFIG"}
-        env["NO_PROXY"] = "127.0.0.1,localhost"
+        env = container_env()
         for var in container.get("env", []):
             if "value" in var:
                 env[var["name"]] = var["value"]
@@ -523,6 +515,14 @@ class WebhookPod:
         return self.state.parent / f"{self.state.name}.log"
 
 
+def container_env() -> dict[str, str]:
+    """The environment a played container starts from: this one without the
+    caller's digest-gate settings and kubeconfig, and no proxy for loopback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and k != "KUBECONFIG"}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    return env
+
+
 def service_account_kubeconfig(cluster: ControlPlane, namespace: str, account: str,
                                path: pathlib.Path) -> pathlib.Path:
     """What the kubelet mounts for a pod's service account, as a kubeconfig:
@@ -588,8 +588,7 @@ class HookJobs:
         name = job["metadata"]["name"]
         pod = job["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and k != "KUBECONFIG"}
-        env["NO_PROXY"] = "127.0.0.1,localhost"
+        env = container_env()
         env["KUBECONFIG"] = str(service_account_kubeconfig(self.cluster, self.namespace, pod["serviceAccountName"],
                                                            self.state / name / "kubeconfig"))
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -26,17 +26,20 @@ SELECTOR = "digest-gate-e2e/audit=yes"
 INCIDENT_CM = FIXTURES / "servingruntimes" / "01_rhods-1.21_odh-dashboard_servingruntimes-config.cm.yaml"
 
 
-def audit(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+def against(kubeconfig: pathlib.Path, command: str, *args: str) -> subprocess.CompletedProcess:
+    """`digest-gate COMMAND` against the cluster of `kubeconfig`, in an
+    environment that holds no other kubeconfig."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost"}
-    return subprocess.run([str(binary()), "audit", "--allowlist", str(ALLOWLIST), "--kubeconfig", str(kubeconfig),
-                           "--request-timeout", "10s", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([str(binary()), command, "--kubeconfig", str(kubeconfig), "--request-timeout", "10s",
+                           *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def audit(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    return against(kubeconfig, "audit", "--allowlist", str(ALLOWLIST), *args)
 
 
 def cleanup(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost"}
-    return subprocess.run([str(binary()), "cleanup", "--kubeconfig", str(kubeconfig), "--request-timeout", "10s",
-                           *args], capture_output=True, text=True, timeout=120, env=env)
+    return against(kubeconfig, "cleanup", *args)
 
 
 def check_json(path: pathlib.Path) -> dict:
