@@ -8,11 +8,13 @@
 //! reader expands them, so an image hidden behind an alias is still seen.
 
 pub mod de;
+pub mod tolerant;
 
 use json_patch::jsonptr::Token;
 use std::collections::HashMap;
+use std::rc::Rc;
 
-use saphyr_parser::{Event, Parser, ScalarStyle, Span, Tag};
+use saphyr_parser::{Event, Parser, ScalarStyle, ScanError, Span, Tag};
 use serde_json::{Map, Number, Value};
 
 /// Nodes an input may create through aliases before it is refused as an alias
@@ -94,16 +96,119 @@ impl Document {
 /// Parses every document of a YAML (or JSON) stream. Empty documents are kept
 /// as `Value::Null` so document indexes match what the user counts.
 pub fn parse_stream(text: &str) -> Result<Vec<Document>, YamlError> {
-    let mut builder = Builder::default();
-    for item in Parser::new_from_str(text) {
-        let (event, span) = item.map_err(|e| YamlError {
-            line: e.marker().line(),
-            column: e.marker().col() + 1,
-            message: e.info().to_owned(),
-        })?;
-        builder.event(event, span)?;
+    documents(text).collect()
+}
+
+/// The documents of a YAML (or JSON) stream one at a time, so a caller that
+/// judges and drops each one holds a single document's tree, however long
+/// the stream. After an error the iterator ends.
+///
+/// What kubectl's reader (go-yaml) accepts and saphyr-parser refuses is read
+/// the way go-yaml reads it; see [`tolerant`] for the two cases and
+/// `src/yaml/conformance.md` for the test suite's figures.
+pub fn documents(text: &str) -> Documents<'_> {
+    Documents {
+        events: Box::new(Parser::new_from_str(text)),
+        current: None,
+        original: text,
+        builder: Builder::default(),
+        skip: 0,
+        patches: 0,
+        leniencies: Vec::new(),
+        done: false,
     }
-    Ok(builder.docs)
+}
+
+type Events<'a> = Box<dyn Iterator<Item = Result<(Event<'a>, Span), ScanError>> + 'a>;
+
+/// See [`documents`].
+pub struct Documents<'a> {
+    events: Events<'a>,
+    /// The text with the leniencies applied so far, once one was needed.
+    current: Option<Rc<str>>,
+    original: &'a str,
+    builder: Builder,
+    /// Documents to pass over after a restart: they were handed out already.
+    skip: usize,
+    patches: usize,
+    leniencies: Vec<tolerant::Leniency>,
+    done: bool,
+}
+
+impl Documents<'_> {
+    /// Where the stream was read more leniently than YAML 1.2 allows, so a
+    /// caller can tell the author.
+    pub fn leniencies(&self) -> &[tolerant::Leniency] {
+        &self.leniencies
+    }
+
+    /// After a scanner error the leniencies may apply: the text is patched
+    /// and read again from the start, passing over the documents already
+    /// handed out. Each restart rereads the text, so their number is capped.
+    fn restart(&mut self, error: &ScanError) -> bool {
+        if self.patches >= tolerant::MAX_PATCHES {
+            return false;
+        }
+        let text = self.current.as_deref().unwrap_or(self.original);
+        let Some((patched, leniency)) = tolerant::patch(text, error, &mut self.builder.shifts) else {
+            return false;
+        };
+        self.patches += 1;
+        self.leniencies.push(leniency);
+        let patched: Rc<str> = patched.into();
+        self.current = Some(Rc::clone(&patched));
+        self.events = Box::new(Parser::new_from_iter(tolerant::SharedChars::new(patched)));
+        self.skip = self.builder.count;
+        let shifts = std::mem::take(&mut self.builder.shifts);
+        self.builder = Builder {
+            count: self.builder.count,
+            shifts,
+            ..Builder::default()
+        };
+        true
+    }
+}
+
+impl Iterator for Documents<'_> {
+    type Item = Result<Document, YamlError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            if let Some(doc) = self.builder.ready.take() {
+                return Some(Ok(doc));
+            }
+            let (event, span) = match self.events.next() {
+                None => {
+                    self.done = true;
+                    break;
+                }
+                Some(Ok(item)) => item,
+                Some(Err(e)) => {
+                    if self.restart(&e) {
+                        continue;
+                    }
+                    self.done = true;
+                    return Some(Err(YamlError {
+                        line: e.marker().line(),
+                        column: e.marker().col() + 1,
+                        message: e.info().to_owned(),
+                    }));
+                }
+            };
+            if self.skip > 0 {
+                // Only document boundaries matter in what was handed out.
+                if matches!(event, Event::DocumentEnd) {
+                    self.skip -= 1;
+                }
+                continue;
+            }
+            if let Err(e) = self.builder.event(event, span) {
+                self.done = true;
+                return Some(Err(e));
+            }
+        }
+        self.builder.ready.take().map(Ok)
+    }
 }
 
 /// How messages name a JSON value's type ("found a list").
@@ -160,23 +265,19 @@ struct Anchored {
 
 #[derive(Debug, Default)]
 struct Builder {
-    docs: Vec<Document>,
+    /// The document that just ended, until it is handed out.
+    ready: Option<Document>,
+    /// Documents ended so far.
+    count: usize,
+    /// Where the leniencies moved the text, to give positions in the
+    /// original.
+    shifts: tolerant::Shifts,
     stack: Vec<Frame>,
     locs: Vec<(String, Node)>,
     anchors: HashMap<usize, Anchored>,
     expanded: usize,
     doc_line: usize,
     root: Option<Value>,
-}
-
-fn node_at(span: &Span, style: Option<ScalarStyle>) -> Node {
-    Node {
-        line: span.start.line(),
-        col: span.start.col(),
-        start: span.start.index(),
-        end: span.end.index(),
-        style,
-    }
 }
 
 fn error_at(span: &Span, message: impl Into<String>) -> YamlError {
@@ -190,6 +291,23 @@ fn error_at(span: &Span, message: impl Into<String>) -> YamlError {
 // === impl Builder ===
 
 impl Builder {
+    /// A node's position in the original text.
+    fn node_at(&self, span: &Span, style: Option<ScalarStyle>) -> Node {
+        let (start, col) = self
+            .shifts
+            .original(span.start.index(), span.start.line(), span.start.col());
+        let (end, _) = self
+            .shifts
+            .original(span.end.index(), span.end.line(), span.end.col());
+        Node {
+            line: span.start.line(),
+            col,
+            start,
+            end,
+            style,
+        }
+    }
+
     fn event(&mut self, event: Event<'_>, span: Span) -> Result<(), YamlError> {
         match event {
             Event::DocumentStart(_) => {
@@ -200,12 +318,13 @@ impl Builder {
             }
             Event::DocumentEnd => {
                 let nodes = self.locs.drain(..).collect();
-                self.docs.push(Document {
+                self.ready = Some(Document {
                     value: self.root.take().unwrap_or(Value::Null),
-                    index: self.docs.len(),
+                    index: self.count,
                     line: self.doc_line,
                     nodes,
                 });
+                self.count += 1;
             }
             Event::MappingStart(anchor, _) => self.start(&span, anchor, true)?,
             Event::SequenceStart(anchor, _) => self.start(&span, anchor, false)?,
@@ -213,12 +332,25 @@ impl Builder {
             Event::Scalar(text, style, anchor, tag) => {
                 if self.wants_key() {
                     let merge = style == ScalarStyle::Plain && tag.is_none() && text == "<<";
+                    if anchor != 0 {
+                        // An anchored key can be aliased as a key or a value
+                        // (`&a a: b` then `*a : c`).
+                        let value = resolve(&text, style, tag.as_deref());
+                        self.anchors.insert(
+                            anchor,
+                            Anchored {
+                                value,
+                                locs: Vec::new(),
+                                size: 1,
+                            },
+                        );
+                    }
                     return self.set_key(text.into_owned(), merge, &span);
                 }
                 let value = resolve(&text, style, tag.as_deref());
                 let ptr = self.child_pointer(&span)?;
                 let locs_start = self.locs.len();
-                self.locs.push((ptr.clone(), node_at(&span, Some(style))));
+                self.locs.push((ptr.clone(), self.node_at(&span, Some(style))));
                 if anchor != 0 {
                     self.remember(anchor, &value, locs_start, &ptr);
                 }
@@ -234,7 +366,7 @@ impl Builder {
     fn start(&mut self, span: &Span, anchor: usize, mapping: bool) -> Result<(), YamlError> {
         let ptr = self.child_pointer(span)?;
         let locs_start = self.locs.len();
-        self.locs.push((ptr.clone(), node_at(span, None)));
+        self.locs.push((ptr.clone(), self.node_at(span, None)));
         self.stack.push(if mapping {
             Frame::Map {
                 map: Map::new(),
@@ -470,8 +602,13 @@ fn resolve(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Value {
     if style != ScalarStyle::Plain {
         return Value::String(text.to_owned());
     }
+    // `!` alone is the non-specific tag: the scalar is a string (spec 6.28).
+    // saphyr-parser hands it out as handle "!" with no suffix, or as no
+    // handle with suffix "!" (`- ! 12`).
     if let Some(tag) = tag
-        && (tag.is_yaml_core_schema() && tag.suffix == "str" || tag.handle == "!" && tag.suffix.is_empty())
+        && (tag.is_yaml_core_schema() && tag.suffix == "str"
+            || tag.handle == "!" && tag.suffix.is_empty()
+            || tag.handle.is_empty() && tag.suffix == "!")
     {
         return Value::String(text.to_owned());
     }
@@ -649,16 +786,27 @@ pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) 
 /// The byte after the closing quote of the quoted scalar that opens at
 /// `start`; `None` for other styles or an unclosed quote.
 fn quoted_end(text: &str, start: usize, style: ScalarStyle) -> Option<usize> {
-    let (quote, doubled_escapes) = match style {
-        ScalarStyle::DoubleQuoted => ('"', false),
-        // Inside single quotes the only escape is a doubled quote.
-        ScalarStyle::SingleQuoted => ('\'', true),
+    let quote = match style {
+        ScalarStyle::DoubleQuoted => '"',
+        ScalarStyle::SingleQuoted => '\'',
         _ => return None,
     };
+    text.get(start..)?
+        .starts_with(quote)
+        .then(|| closing_quote(text, start))
+        .flatten()
+}
+
+/// The byte after the quote that closes the one at `start` (`'` or `"`).
+fn closing_quote(text: &str, start: usize) -> Option<usize> {
     let mut chars = text.get(start..)?.char_indices().peekable();
-    if chars.next()?.1 != quote {
-        return None;
-    }
+    let quote = chars.next()?.1;
+    // Inside single quotes the only escape is a doubled quote.
+    let doubled_escapes = match quote {
+        '"' => false,
+        '\'' => true,
+        _ => return None,
+    };
     while let Some((i, c)) = chars.next() {
         if c == '\\' && !doubled_escapes {
             chars.next();

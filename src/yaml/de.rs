@@ -360,8 +360,8 @@ impl<'a> Reader<'a> {
             }
         }
         let mut doc = builder
-            .docs
-            .pop()
+            .ready
+            .take()
             .unwrap_or_else(|| Document::from_value(Value::Null));
         doc.index = index;
         Ok(doc)
