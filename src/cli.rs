@@ -450,10 +450,19 @@ fn run_check(args: &CheckArgs) -> u8 {
         eprintln!("error: --in-place cannot write back to standard input");
         return 2;
     }
-    let (inputs, mut problems) = check::read_inputs(&names);
-    let mut outcome = check::check(&inputs, &loaded.allowlist, &args.policy.policy(), args.fix);
+    let (sources, mut problems) = check::sources(&names);
+    let keep = match args.output {
+        Output::Text => report::Keep::TextLines { fixed: args.fix },
+        Output::Json => report::Keep::Objects,
+    };
+    let mut outcome = check::check(&sources, &loaded.allowlist, &args.policy.policy(), args.fix, keep);
     problems.append(&mut outcome.report.errors);
     outcome.report.errors = problems;
+    // Skipped files are told on stderr whatever the format, so they never
+    // mix into a report or a fixed stream on stdout.
+    for s in &outcome.report.skipped {
+        eprintln!("note: skipped {}: {}", s.source, s.reason);
+    }
 
     let report = match args.output {
         Output::Text => report::text(&outcome.report, args.fix.then_some(outcome.still_denied)),

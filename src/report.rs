@@ -78,11 +78,36 @@ pub struct Summary {
     pub skipped: usize,
 }
 
+/// A file `check` found in a directory and did not judge: it holds no
+/// Kubernetes object, or is a Helm template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    pub source: String,
+    pub reason: String,
+}
+
+/// What a report keeps of each object it is told.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Keep {
+    /// The whole [`ObjectReport`]: for JSON, and what `audit` writes.
+    #[default]
+    Objects,
+    /// Only its lines of the text report (`fixed`: as `check --fix` words
+    /// them), so a long stream costs what is printed, not what was read.
+    TextLines { fixed: bool },
+}
+
 /// Everything a run found.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub results: Vec<ObjectReport>,
+    pub keep: Keep,
+    /// With [`Keep::TextLines`]: the text report's lines of the objects
+    /// told so far.
+    lines: String,
     pub summary: Summary,
+    /// Files left out, each with why.
+    pub skipped: Vec<Skipped>,
     /// What could not be read or used (exit code 2).
     pub errors: Vec<String>,
     /// What a reader should know that does not fail the run, e.g. a kind
@@ -185,17 +210,49 @@ pub fn controller_reference(object: &Value) -> Option<&Value> {
 // === impl Report ===
 
 impl Report {
+    /// A report that keeps `keep` of each object.
+    pub fn keeping(keep: Keep) -> Self {
+        Self {
+            keep,
+            ..Self::default()
+        }
+    }
+
     /// Adds an object's report and counts its verdict.
     pub fn push(&mut self, report: ObjectReport) {
-        let s = &mut self.summary;
-        s.objects += 1;
-        match report.verdict {
-            ObjectVerdict::Allow => s.allow += 1,
-            ObjectVerdict::Rewrite => s.rewrite += 1,
-            ObjectVerdict::Deny => s.deny += 1,
-            ObjectVerdict::Skipped => s.skipped += 1,
+        *self.count(report.verdict) += 1;
+        self.summary.objects += 1;
+        match self.keep {
+            Keep::Objects => self.results.push(report),
+            Keep::TextLines { fixed } => object_lines(&report, fixed, &mut self.lines),
         }
-        self.results.push(report);
+    }
+
+    /// Where the report stands, to [`Report::rewind`] to.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            results: self.results.len(),
+            lines: self.lines.len(),
+            summary: self.summary.clone(),
+        }
+    }
+
+    /// Takes back the objects told since `mark`, e.g. those of a file that
+    /// turned out not to be a manifest.
+    pub fn rewind(&mut self, mark: Mark) {
+        self.results.truncate(mark.results);
+        self.lines.truncate(mark.lines);
+        self.summary = mark.summary;
+    }
+
+    fn count(&mut self, verdict: ObjectVerdict) -> &mut usize {
+        let s = &mut self.summary;
+        match verdict {
+            ObjectVerdict::Allow => &mut s.allow,
+            ObjectVerdict::Rewrite => &mut s.rewrite,
+            ObjectVerdict::Deny => &mut s.deny,
+            ObjectVerdict::Skipped => &mut s.skipped,
+        }
     }
 
     /// Whether something would be rewritten or denied.
@@ -206,12 +263,22 @@ impl Report {
 
 // === output ===
 
+/// A position in a [`Report`].
+#[derive(Debug, Clone)]
+pub struct Mark {
+    results: usize,
+    lines: usize,
+    summary: Summary,
+}
+
 /// The JSON report (`--output json`).
 pub fn json(report: &Report) -> String {
     #[derive(Serialize)]
     struct Out<'a> {
         results: &'a [ObjectReport],
         summary: &'a Summary,
+        #[serde(skip_serializing_if = "<[Skipped]>::is_empty")]
+        skipped: &'a [Skipped],
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         errors: &'a [String],
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -220,6 +287,7 @@ pub fn json(report: &Report) -> String {
     let mut s = serde_json::to_string_pretty(&Out {
         results: &report.results,
         summary: &report.summary,
+        skipped: &report.skipped,
         errors: &report.errors,
         notes: &report.notes,
     })
@@ -233,18 +301,9 @@ pub fn json(report: &Report) -> String {
 /// `check --fix`'s count of images still denied after fixing: rewrites are
 /// then reported as done.
 pub fn text(report: &Report, fixed: Option<usize>) -> String {
-    let mut out = String::new();
+    let mut out = report.lines.clone();
     for r in &report.results {
-        let owners = owner_chain(&r.owners);
-        for i in &r.images {
-            let shown = match (i.verdict, i.would_be) {
-                ("rewrite", _) if fixed.is_some() => "fixed",
-                (v @ ("rewrite" | "deny"), _) => v,
-                (_, Some(_)) => "audit",
-                _ => continue,
-            };
-            let _ = writeln!(out, "{}{owners}: {shown}: {}", r.label(i.line), i.reason);
-        }
+        object_lines(r, fixed.is_some(), &mut out);
     }
     for n in &report.notes {
         let _ = writeln!(out, "note: {n}");
@@ -269,6 +328,21 @@ pub fn text(report: &Report, fixed: Option<usize>) -> String {
     }
     out.push('\n');
     out
+}
+
+/// An object's lines of the text report: one per image that needs
+/// attention.
+fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
+    let owners = owner_chain(&r.owners);
+    for i in &r.images {
+        let shown = match (i.verdict, i.would_be) {
+            ("rewrite", _) if fixed => "fixed",
+            (v @ ("rewrite" | "deny"), _) => v,
+            (_, Some(_)) => "audit",
+            _ => continue,
+        };
+        let _ = writeln!(out, "{}{owners}: {shown}: {}", r.label(i.line), i.reason);
+    }
 }
 
 /// ` (ReplicaSet x ← Deployment y)`, or nothing without owners.

@@ -148,6 +148,34 @@ fn fix_keeps_the_comment_after_a_quoted_image() {
 }
 
 #[test]
+fn what_kubectl_reads_is_checked_and_fixed() {
+    // A quoted value folded under its key (spec-invalid; go-yaml reads it)
+    // and a tab after a colon (spec-valid; saphyr-parser refuses it).
+    let manifest = |image: &str| {
+        format!(
+            "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata:\n  name: ovms\nspec:\n  containers:\n    - name: ovms\n      env:\n        - name: NOTE\n          value: 'a long value that goes on\n          and continues here'\n      image:\t{image}\n"
+        )
+    };
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-", "--fix"],
+        Some(&manifest(&format!("{OVMS}@{NEVER_PROMOTED}"))),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, manifest(&format!("{OVMS}@{PROMOTED}")));
+    assert!(
+        run.stderr
+            .contains("note: -: line 10: the quoted value continues on lines indented less than its key"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("-:12: ServingRuntime ovms: fixed:"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn a_helm_template_is_named_as_one_with_the_pipe_to_use() {
     // The chart's own Deployment template: `{{- if ... }}` lines are not YAML.
     let run = check(
@@ -245,8 +273,166 @@ fn a_directory_of_manifests_is_checked_file_by_file() {
     let out = run.json();
     assert_eq!(
         out["summary"],
-        serde_json::json!({"objects": 13, "allow": 2, "rewrite": 1, "deny": 9, "skipped": 1})
+        serde_json::json!({"objects": 12, "allow": 2, "rewrite": 1, "deny": 9, "skipped": 0})
     );
+    // kustomization.yaml configures kustomize; it is never applied.
+    let kustomization = path(
+        "tests/fixtures/upstream/servingruntimes/03b_rhods-1.33_odh-deployer_modelserving.kustomization.yaml",
+    );
+    assert_eq!(
+        out["skipped"],
+        serde_json::json!([{"source": kustomization, "reason": "holds no Kubernetes object (a Kustomization for kustomize.config.k8s.io/v1beta1, read by a tool, not applied)"}])
+    );
+    assert_eq!(
+        run.stderr,
+        format!(
+            "note: skipped {kustomization}: holds no Kubernetes object (a Kustomization for kustomize.config.k8s.io/v1beta1, read by a tool, not applied)\n"
+        )
+    );
+}
+
+/// A repository as CI checks it out: manifests in nested directories
+/// beside files that are not manifests.
+fn repository(dir: &Path) {
+    let write = |rel: &str, text: &str| {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let upstream = std::fs::read_to_string(fixture("05_")).unwrap();
+    write("base/ovms.yaml", &upstream);
+    write(
+        "overlays/prod/stale.yml",
+        &format!(
+            "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata:\n  name: ovms\nspec:\n  containers:\n    - name: ovms\n      image: {OVMS}@{NEVER_PROMOTED}\n"
+        ),
+    );
+    write("values.yaml", "replicas: 2\nimage:\n  tag: latest\n");
+    write(
+        "kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [base/ovms.yaml]\n",
+    );
+    write(
+        "overlays/prod/patch.yaml",
+        "- op: replace\n  path: /spec/containers/0/image\n  value: nginx\n",
+    );
+    // A template whose first document parses: its Pod must not count.
+    write(
+        "chart/templates/pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: nginx}]\n---\n{{- if .Values.extra }}\nkind: ConfigMap\n{{- end }}\n",
+    );
+    write(".github/workflows/ci.yaml", "on: [push]\njobs: {a: [\n");
+    write("README.md", "not a manifest\n");
+    // A link back up the tree is followed once.
+    std::os::unix::fs::symlink(dir, dir.join("overlays/loop")).unwrap();
+}
+
+#[test]
+fn directories_are_walked_recursively_and_files_that_are_not_manifests_skipped() {
+    let dir = scratch("repository");
+    repository(&dir);
+    let run = check(&example_allowlist(), &dir.display().to_string(), &["-o", "json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let out = run.json();
+    let at = |rel: &str| dir.join(rel).display().to_string();
+    let sources: Vec<&str> = out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, [at("base/ovms.yaml"), at("overlays/prod/stale.yml")]);
+    assert_eq!(
+        out["summary"],
+        serde_json::json!({"objects": 2, "allow": 1, "rewrite": 1, "deny": 0, "skipped": 0})
+    );
+    let skipped: Vec<(String, String)> = out["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["source"].as_str().unwrap().to_owned(),
+                s["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            (
+                at("chart/templates/pod.yaml"),
+                "it looks like a Helm template ('{{' on line 7): render it and check the result, \
+                 e.g. helm template RELEASE CHART | digest-gate check --allowlist ... -f -"
+                    .to_owned()
+            ),
+            (
+                at("kustomization.yaml"),
+                "holds no Kubernetes object (a Kustomization for kustomize.config.k8s.io/v1beta1, read by a tool, not applied)".to_owned()
+            ),
+            (
+                at("overlays/prod/patch.yaml"),
+                "holds no Kubernetes object (found a list)".to_owned()
+            ),
+            (
+                at("values.yaml"),
+                "holds no Kubernetes object (a mapping without apiVersion and kind)".to_owned()
+            ),
+        ]
+    );
+    // One note per skipped file on stderr, nothing else.
+    let notes: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(notes.len(), 4, "{}", run.stderr);
+    assert!(
+        notes.iter().all(|n| n.starts_with("note: skipped ")),
+        "{}",
+        run.stderr
+    );
+
+    // Named explicitly, a file is judged, not skipped.
+    let run = check(&example_allowlist(), &at("values.yaml"), &[]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stdout.contains(
+            "values.yaml:1: document 0 is not a Kubernetes object (a mapping without apiVersion and kind)"
+        ),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_run_that_finds_no_kubernetes_object_fails() {
+    let dir = scratch("no-objects");
+    std::fs::write(dir.join("values.yaml"), "replicas: 2\n").unwrap();
+    let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "error: no Kubernetes object found in the 1 file read (1 skipped, see above); nothing was checked"
+        ),
+        "{}",
+        run.stdout
+    );
+    std::fs::remove_file(dir.join("values.yaml")).unwrap();
+    let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.contains("error: no manifest found"), "{}", run.stdout);
+    // `kubectl get ... -o json` on an empty namespace: a List that was read.
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-"],
+        Some(r#"{"apiVersion": "v1", "kind": "List", "items": [], "metadata": {"resourceVersion": ""}}"#),
+    );
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert_eq!(
+        run.stdout,
+        "0 objects checked: 0 allowed, 0 to rewrite, 0 denied, 0 skipped\n"
+    );
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-"],
+        Some(""),
+    );
+    assert_eq!(run.code, 2, "{}", run.stdout);
 }
 
 /// What `kubectl get servingruntimes,clusterservingruntimes -o json` prints:
