@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test tools build fetch release clean bench bench-load bench-instructions bench-audit soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test tools build fetch release clean bench bench-load bench-instructions bench-audit bench-check soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -87,6 +87,12 @@ bench-audit: $(VENV)/.installed tools
 	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" $(VENV)/bin/python bench/audit_scale.py
 	mkdir -p bench/results
 	cp target/bench-audit/report.md bench/results/audit.md
+
+# Peak memory of `check` on long manifest streams; see BENCHMARKS.md.
+bench-check:
+	$(PYTHON) bench/check_stream.py
+	mkdir -p bench/results
+	cp target/bench-check/report.md bench/results/check-stream.md
 
 release:
 	$(CARGO) build --release --locked

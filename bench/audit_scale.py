@@ -41,6 +41,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from cluster import ControlPlane, binaries, wait_until  # noqa: E402 (needs the path above)
+from rss import measure  # noqa: E402 (bench/ is on the path as the script's directory)
 
 POD = ROOT / "bench" / "modelmesh-pod.json"
 RUNTIME = ROOT / "examples" / "manifests" / "incident-servingruntime.yaml"
@@ -121,33 +122,6 @@ def fill(cp: ControlPlane, pods: int, runtimes: int, namespaces: int):
     with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
         created = sum(pool.map(writer, [todo[i::WRITERS] for i in range(WRITERS)]))
     print(f"created {created} objects in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-
-
-# Runs argv[1:] and reports its wall time, peak RSS and exit code on stderr.
-# A process of its own: a child's ru_maxrss includes the memory of the
-# process it was forked from (the kernel keeps the higher of the two), and
-# this script holds the 5,500 objects it created, so measuring from here
-# would report them. This launcher is a bare interpreter (~10 MiB).
-LAUNCHER = """
-import os, sys, time
-started = time.perf_counter()
-pid = os.fork()
-if pid == 0:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.execv(sys.argv[1], sys.argv[1:])
-_, status, usage = os.wait4(pid, 0)
-print(time.perf_counter() - started, usage.ru_maxrss, os.waitstatus_to_exitcode(status), file=sys.stderr)
-"""
-
-
-def measure(argv: list[str], out: pathlib.Path, stdin: pathlib.Path | None = None) -> tuple[float, float, int]:
-    """(seconds, peak RSS MiB, exit code) of one run, stdout to `out`."""
-    with out.open("wb") as sink, (stdin.open("rb") if stdin else open(os.devnull, "rb")) as source:
-        run = subprocess.run([sys.executable, "-c", LAUNCHER, *argv], stdin=source, stdout=sink,
-                             stderr=subprocess.PIPE, text=True, check=True)
-    seconds, kib, code = run.stderr.split()
-    return float(seconds), int(kib) / 1024, int(code)
 
 
 def median_of(runs: int, one) -> tuple[float, float]:
