@@ -570,9 +570,9 @@ mod tests {
         );
         assert_eq!(
             status["message"],
-            "container \"ovms\": image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag (':replace' is a build-time placeholder that was never substituted)"
+            "container \"ovms\": image 'ovms-1:replace' is an unsubstituted placeholder (the tag ':replace', which a build step replaces); substitute it before applying: a promoted image, registry/repository@sha256:..."
         );
-        assert_eq!(a.images, [(Outcome::Deny { instead: None }, Reason::ShortName)]);
+        assert_eq!(a.images, [(Outcome::Deny { instead: None }, Reason::Placeholder)]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted};
-use crate::reference::{self, Reference, ReferenceError};
+use crate::reference::{self, Placeholder, Reference, ReferenceError};
 use crate::text::{self, Cut};
 
 /// How non-compliant images are handled.
@@ -85,6 +85,7 @@ pub enum Reason {
     DigestNotPromoted,
     Malformed,
     Invalid,
+    Placeholder,
     ShortName,
     Unlisted,
     UnknownTag,
@@ -94,7 +95,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for tests and dashboards.
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Self::Promoted,
         Self::Exempt,
         Self::UnlistedAllowed,
@@ -102,6 +103,7 @@ impl Reason {
         Self::DigestNotPromoted,
         Self::Malformed,
         Self::Invalid,
+        Self::Placeholder,
         Self::ShortName,
         Self::Unlisted,
         Self::UnknownTag,
@@ -118,6 +120,7 @@ impl Reason {
             Self::DigestNotPromoted => "digest_not_promoted",
             Self::Malformed => "malformed",
             Self::Invalid => "invalid",
+            Self::Placeholder => "placeholder",
             Self::ShortName => "short_name",
             Self::Unlisted => "unlisted",
             Self::UnknownTag => "unknown_tag",
@@ -154,6 +157,12 @@ pub enum Denial {
     Malformed { reason: String },
     /// Not an image reference at all.
     Invalid { error: ReferenceError },
+    /// A placeholder never substituted (`$(image)`, `ovms-1:replace`), with
+    /// what the allowlist promotes under its name, when it has one.
+    Placeholder {
+        placeholder: Placeholder,
+        suggestions: Vec<String>,
+    },
     /// No registry domain (`nginx`, `ovms-1:replace`).
     ShortName { suggestions: Vec<String> },
     /// The repository is not in the allowlist.
@@ -257,11 +266,24 @@ impl Policy {
     pub fn find(&self, image: &str, allowlist: &Allowlist) -> Finding {
         let r = match reference::parse(image) {
             Ok(r) => r,
+            Err(ReferenceError::Placeholder(placeholder)) => {
+                return Finding::Deny(Denial::Placeholder {
+                    placeholder,
+                    suggestions: placeholder_suggestions(image, placeholder, allowlist),
+                });
+            }
             Err(error) => return Finding::Deny(Denial::Invalid { error }),
         };
         let Some(repository) = r.canonical_repository(allowlist.short_name_registry()) else {
+            // The same path on a listed registry (or Docker Hub's
+            // `library/`) is what the author meant to pull.
+            let path = r.name();
             return Finding::Deny(Denial::ShortName {
-                suggestions: suggestions(&r, allowlist),
+                suggestions: suggestions(&r, allowlist, |listed| {
+                    listed
+                        .split_once('/')
+                        .is_some_and(|(_, p)| p == path || p.strip_prefix("library/") == Some(path))
+                }),
             });
         };
         if allowlist.has_exemptions() || !self.exemptions.is_empty() {
@@ -282,10 +304,19 @@ impl Policy {
                 Unlisted::Allow => Finding::UnlistedAllowed {
                     repository: repository.into_owned(),
                 },
-                Unlisted::Deny => Finding::Deny(Denial::Unlisted {
-                    repository: repository.into_owned(),
-                    suggestions: suggestions(&r, allowlist),
-                }),
+                Unlisted::Deny => {
+                    // Only a near spelling in the same registry and
+                    // organisation: `quay.io/modh/vllm` is another image
+                    // than `quay.io/opendatahub/vllm`, not a typo of it.
+                    let parent = repository.rsplit_once('/').map(|(p, _)| p);
+                    let suggestions = suggestions(&r, allowlist, |listed| {
+                        listed != repository && listed.rsplit_once('/').map(|(p, _)| p) == parent
+                    });
+                    Finding::Deny(Denial::Unlisted {
+                        repository: repository.into_owned(),
+                        suggestions,
+                    })
+                }
             };
         }
         match (r.digest(), r.tag()) {
@@ -359,11 +390,11 @@ fn describe(name: &str, p: &Promoted) -> String {
 
 /// Listed repositories with the same last path component, as promoted
 /// references: the likely intended image when a name is short or unknown.
-fn suggestions(r: &Reference<'_>, allowlist: &Allowlist) -> Vec<String> {
+fn suggestions(r: &Reference<'_>, allowlist: &Allowlist, meant: impl Fn(&str) -> bool) -> Vec<String> {
     let name = r.name();
     let basename = name.rsplit('/').next().unwrap_or(name);
     let mut out = Vec::new();
-    for repo in allowlist.similar(basename) {
+    for repo in allowlist.similar(basename).into_iter().filter(|repo| meant(repo)) {
         let c = allowlist.candidates(repo);
         let pick = r
             .tag()
@@ -375,6 +406,21 @@ fn suggestions(r: &Reference<'_>, allowlist: &Allowlist) -> Vec<String> {
         }
     }
     out
+}
+
+/// For `name:replace`, what the build would have put there: the promoted
+/// images whose repository is named `name`, in any organisation.
+fn placeholder_suggestions(image: &str, placeholder: Placeholder, allowlist: &Allowlist) -> Vec<String> {
+    let Some(name) = image
+        .strip_suffix(":replace")
+        .filter(|_| placeholder == Placeholder::ReplaceTag)
+    else {
+        return Vec::new();
+    };
+    match reference::parse(name) {
+        Ok(r) => suggestions(&r, allowlist, |_| true),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Longest image shown whole in a message.
@@ -541,6 +587,7 @@ impl Denial {
         match self {
             Self::Malformed { .. } => Reason::Malformed,
             Self::Invalid { .. } => Reason::Invalid,
+            Self::Placeholder { .. } => Reason::Placeholder,
             Self::ShortName { .. } => Reason::ShortName,
             Self::Unlisted { .. } => Reason::Unlisted,
             Self::UnknownTag { .. } => Reason::UnknownTag,
@@ -554,9 +601,7 @@ impl Denial {
     pub fn short(&self) -> &'static str {
         match self {
             Self::Malformed { .. } => "the object is malformed here",
-            Self::Invalid {
-                error: ReferenceError::Placeholder,
-            } => "an unsubstituted placeholder",
+            Self::Placeholder { .. } => "an unsubstituted placeholder",
             Self::Invalid { .. } => "not a valid image reference",
             Self::ShortName { .. } => "no registry domain",
             Self::Unlisted { .. } => "repository not in the allowlist",
@@ -570,23 +615,37 @@ impl Denial {
     fn explain(&self, image: &str) -> String {
         match self {
             Self::Malformed { reason } => reason.clone(),
-            Self::Invalid {
-                error: ReferenceError::Placeholder,
-            } => format!(
-                "image '{image}' is not a valid image reference: it looks like a template placeholder that was never substituted; set it to a promoted image, registry/repository@sha256:..."
-            ),
+            Self::Placeholder {
+                placeholder,
+                suggestions,
+            } => {
+                let mut s = format!(
+                    "image '{image}' is an unsubstituted placeholder ({}); substitute it before applying",
+                    placeholder.describe()
+                );
+                if suggestions.is_empty() {
+                    s.push_str(": a promoted image, registry/repository@sha256:...");
+                } else {
+                    s.push_str(&format!("; promoted: {}", join_candidates(suggestions)));
+                }
+                s
+            }
             Self::Invalid { error } => {
                 format!("image '{image}' is not a valid image reference: {error}")
             }
             Self::ShortName { suggestions } => {
-                let name = reference::parse(image).map_or(image, |r| r.name());
+                // Docker and containerd complete a short name with Docker
+                // Hub; CRI-O asks its search registries, or refuses.
+                let r = reference::parse(image).ok();
+                let hub = r.map_or_else(|| image.to_owned(), |r| r.docker_hub_repository());
                 let mut s = format!(
-                    "image '{image}' has no registry domain; write it fully, e.g. quay.io/org/{name}:tag"
+                    "image '{image}' has no registry domain: Docker and containerd pull it from {hub}, \
+                     CRI-O from its configured search registries; write the registry"
                 );
-                if image.ends_with(":replace") {
-                    s.push_str(" (':replace' is a build-time placeholder that was never substituted)");
-                }
-                if !suggestions.is_empty() {
+                if suggestions.is_empty() {
+                    let digest = r.and_then(|r| r.digest()).unwrap_or("sha256:...");
+                    s.push_str(&format!(", e.g. {hub}@{digest}"));
+                } else {
                     s.push_str(&format!("; promoted: {}", join_candidates(suggestions)));
                 }
                 s
@@ -675,7 +734,8 @@ spec:
     #[case::unknown_tag(format!("{REPO}:latest"), Verdict::Deny)]
     #[case::bare_repository(REPO.to_owned(), Verdict::Deny)]
     #[case::unlisted_repository(format!("quay.io/other/x@{GOOD}"), Verdict::Deny)]
-    #[case::short_name("ovms-1:replace".to_owned(), Verdict::Deny)]
+    #[case::short_name("ovms-1:2".to_owned(), Verdict::Deny)]
+    #[case::placeholder("ovms-1:replace".to_owned(), Verdict::Deny)]
     #[case::invalid("<openvino_image>".to_owned(), Verdict::Deny)]
     #[case::exempt("quay.io/platform/debug-shell:latest".to_owned(), Verdict::Allow)]
     #[case::mirror_of_a_promoted_digest(format!("quay.io/rhods-mirror/odh-openvino-servingruntime-rhel8@{GOOD}"), Verdict::Allow)]
@@ -818,20 +878,6 @@ spec:
         let p = Policy::default();
         let msg = |image: &str| p.decide("Pod", image, &list).message("container \"ovms\"", image);
 
-        let m = msg("ovms-1:replace");
-        assert!(m.starts_with("container \"ovms\": image 'ovms-1:replace' has no registry domain; write it fully, e.g. quay.io/org/ovms-1:tag"), "{m}");
-        assert!(m.contains("build-time placeholder"), "{m}");
-        assert!(
-            m.contains(&format!("promoted: quay.io/opendatahub/ovms-1@{GOOD}")),
-            "{m}"
-        );
-
-        let m = msg("$(vllm-cuda-image)");
-        assert!(
-            m.contains("template placeholder that was never substituted"),
-            "{m}"
-        );
-
         let m = msg(&format!("{REPO}:latest"));
         assert!(m.contains("tag 'latest' is not a promoted tag"), "{m}");
         assert!(m.contains(&format!("use {REPO}@{GOOD} (tag v1.21.0-15)")), "{m}");
@@ -844,11 +890,73 @@ spec:
             "{m}"
         );
 
-        let m = msg(&format!("quay.io/elsewhere/ovms-1@{GOOD}"));
+        let m = msg(&format!("quay.io/opendatahub/ovms_1@{GOOD}"));
         assert!(
             m.contains("is not in the promoted-digest allowlist; did you mean quay.io/opendatahub/ovms-1@"),
             "{m}"
         );
+    }
+
+    /// Each message names what the image is and a fix that reads back as
+    /// written: (image, reason code, what the message must say, what it
+    /// must not).
+    #[rstest::rstest]
+    #[case::short_name_read_from_docker_hub(
+        "kserve/llmisvc-controller:latest", Reason::ShortName,
+        &["has no registry domain: Docker and containerd pull it from docker.io/kserve/llmisvc-controller, CRI-O from its configured search registries", "e.g. docker.io/kserve/llmisvc-controller@sha256:..."],
+        &["quay.io/org"])]
+    #[case::official_image("nginx", Reason::ShortName, &["docker.io/library/nginx@sha256:..."], &["quay.io/org"])]
+    #[case::short_name_listed_elsewhere(
+        "opendatahub/ovms-1:2", Reason::ShortName,
+        &["pull it from docker.io/opendatahub/ovms-1", "promoted: quay.io/opendatahub/ovms-1@"], &["e.g."])]
+    #[case::replace_tag(
+        "ovms-1:replace", Reason::Placeholder,
+        &["is an unsubstituted placeholder (the tag ':replace', which a build step replaces)", "promoted: quay.io/opendatahub/ovms-1@"],
+        &["registry domain"])]
+    #[case::kustomize_variable("$(vllm-cuda-image)", Reason::Placeholder, &["a kustomize or Tekton variable"], &["upper-case"])]
+    #[case::shell_variable("${OVMS_IMAGE}", Reason::Placeholder, &["a shell, envsubst or OpenShift Template parameter"], &["upper-case"])]
+    #[case::helm_template("{{ .Values.image }}", Reason::Placeholder, &["a Go or Helm template"], &[])]
+    #[case::sed_target("<openvino_image>", Reason::Placeholder, &["a name in angle brackets"], &[])]
+    #[case::ko("ko://github.com/kserve/kserve/cmd/manager", Reason::Placeholder, &["a ko import path"], &["path component"])]
+    #[case::upper_case_name("REPLACE_IMAGE", Reason::Placeholder, &["an upper-case name that a script replaces"], &["lower-case"])]
+    #[case::image_id(
+        "7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767", Reason::Invalid,
+        &["is a bare digest or image ID"], &["registry domain", "quay.io/org"])]
+    #[case::bare_digest(
+        "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767", Reason::Invalid,
+        &["is a bare digest or image ID"], &["registry domain"])]
+    #[case::another_organisation("quay.io/elsewhere/ovms-1:2", Reason::Unlisted, &["repository quay.io/elsewhere/ovms-1 is not"], &["did you mean"])]
+    #[case::upper_case_host("Foo/bar:1", Reason::Unlisted, &["repository Foo/bar is not"], &["foo/bar"])]
+    fn messages_point_the_right_way(
+        #[case] image: &str,
+        #[case] code: Reason,
+        #[case] says: &[&str],
+        #[case] never: &[&str],
+    ) {
+        let d = Policy::default().decide("Pod", image, &allowlist());
+        let m = d.message("container \"c\"", image);
+        assert_eq!(d.reason(), code, "{m}");
+        for s in says {
+            assert!(m.contains(s), "{image}: missing {s:?} in {m}");
+        }
+        for s in never {
+            assert!(!m.contains(s), "{image}: {s:?} in {m}");
+        }
+    }
+
+    #[test]
+    fn upper_case_single_label_hosts_match_as_written() {
+        // A host only by its upper case: `foo/bar` would be a short name.
+        let text = format!("Foo/bar@{GOOD}\n");
+        let list = load_text("a.txt", &text).unwrap().allowlist;
+        let p = Policy::default();
+        assert_eq!(
+            p.decide("Pod", &format!("Foo/bar@{GOOD}"), &list).verdict,
+            Verdict::Allow
+        );
+        let d = p.decide("Pod", &format!("foo/bar@{BAD}"), &list);
+        assert_eq!(d.reason(), Reason::ShortName);
+        assert!(!d.message("c", "foo/bar").contains("promoted: foo/bar"), "{d:?}");
     }
 
     #[test]

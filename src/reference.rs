@@ -21,8 +21,12 @@ pub enum ReferenceError {
     Empty,
     #[error("it contains white space or a control character (check for a stray space or line break)")]
     Whitespace,
-    #[error("it looks like a template placeholder that was never substituted")]
-    Placeholder,
+    #[error("it is {}, a placeholder that was never substituted", .0.describe())]
+    Placeholder(Placeholder),
+    #[error(
+        "it is a bare digest or image ID, not an image reference; write the repository before it: registry/repository@sha256:..."
+    )]
+    BareDigest,
     #[error("it has no repository name before ':' or '@'")]
     MissingName,
     #[error("the repository name has an empty path component (a doubled or trailing '/')")]
@@ -59,7 +63,8 @@ impl ReferenceError {
         match self {
             Self::Empty => "empty",
             Self::Whitespace => "whitespace",
-            Self::Placeholder => "placeholder",
+            Self::Placeholder(_) => "placeholder",
+            Self::BareDigest => "bare_digest",
             Self::Uppercase { .. } => "uppercase",
             Self::NameTooLong { .. } => "name_too_long",
             Self::UnsupportedDigest { .. } => "digest_unsupported",
@@ -72,6 +77,66 @@ impl ReferenceError {
             | Self::EmptyComponent
             | Self::InvalidComponent { .. }
             | Self::InvalidTag { .. } => "invalid_format",
+        }
+    }
+}
+
+/// How manifests mark an image to be filled in before they are applied: the
+/// conventions seen in real model-serving repositories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholder {
+    /// `$(vllm-image)`: kustomize vars, Tekton parameters.
+    Variable,
+    /// `${OVMS_IMAGE}`: shell, envsubst, OpenShift Template parameters.
+    ShellVariable,
+    /// `{{ .Values.image }}`: Go and Helm templates.
+    Template,
+    /// `<openvino_image>`: a name a script replaces with sed.
+    AngleBrackets,
+    /// `ko://github.com/org/cmd`: an import path `ko resolve` builds.
+    Ko,
+    /// `ovms-1:replace`: a tag a build step replaces.
+    ReplaceTag,
+    /// `REPLACE_IMAGE`: an upper-case name a script replaces.
+    UpperCaseName,
+}
+
+impl Placeholder {
+    /// The convention `image` follows, if any.
+    pub fn of(image: &str) -> Option<Self> {
+        Some(if image.contains("$(") {
+            Self::Variable
+        } else if image.contains("${") {
+            Self::ShellVariable
+        } else if image.contains("{{") {
+            Self::Template
+        } else if image.starts_with('<') && image.ends_with('>') {
+            Self::AngleBrackets
+        } else if image.starts_with("ko://") {
+            Self::Ko
+        } else if image.ends_with(":replace") {
+            Self::ReplaceTag
+        } else if image.starts_with(|c: char| c.is_ascii_uppercase())
+            && image
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            Self::UpperCaseName
+        } else {
+            return None;
+        })
+    }
+
+    /// What it is, for a message.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Variable => "a kustomize or Tekton variable, $(...)",
+            Self::ShellVariable => "a shell, envsubst or OpenShift Template parameter, ${...}",
+            Self::Template => "a Go or Helm template, {{ ... }}",
+            Self::AngleBrackets => "a name in angle brackets that a script replaces",
+            Self::Ko => "a ko import path, which ko resolve builds and replaces",
+            Self::ReplaceTag => "the tag ':replace', which a build step replaces",
+            Self::UpperCaseName => "an upper-case name that a script replaces",
         }
     }
 }
@@ -117,18 +182,26 @@ pub fn parse(input: &str) -> Result<Reference<'_>, ReferenceError> {
     if input.is_empty() {
         return Err(ReferenceError::Empty);
     }
-    // The grammar's validators reject every character a placeholder or stray
-    // white space brings, so those friendlier diagnoses are only worked out
-    // on the error path and a valid reference is read in one pass.
-    parse_grammar(input).map_err(|e| {
-        if looks_like_placeholder(input) {
-            ReferenceError::Placeholder
+    // The grammar's validators reject every character most placeholders or
+    // stray white space bring, so those friendlier diagnoses are worked out
+    // on the error path and a valid reference is read in one pass; only the
+    // two that are valid names are looked for on success, without a scan.
+    let r = parse_grammar(input).map_err(|e| {
+        if let Some(p) = Placeholder::of(input) {
+            ReferenceError::Placeholder(p)
         } else if input.chars().any(|c| c.is_whitespace() || c.is_control()) {
             ReferenceError::Whitespace
         } else {
             e
         }
-    })
+    })?;
+    if r.tag == Some("replace") {
+        return Err(ReferenceError::Placeholder(Placeholder::ReplaceTag));
+    }
+    if r.domain_end == 0 && r.is_bare_digest() {
+        return Err(ReferenceError::BareDigest);
+    }
+    Ok(r)
 }
 
 fn parse_grammar(input: &str) -> Result<Reference<'_>, ReferenceError> {
@@ -167,12 +240,6 @@ fn parse_grammar(input: &str) -> Result<Reference<'_>, ReferenceError> {
         tag,
         digest,
     })
-}
-
-/// Unsubstituted template syntax seen in real runtime manifests: kustomize
-/// vars `$(x)`, shell `${x}`, Go templates `{{x}}` and sed targets `<x>`.
-fn looks_like_placeholder(s: &str) -> bool {
-    s.contains("$(") || s.contains("${") || s.contains("{{") || (s.starts_with('<') && s.ends_with('>'))
 }
 
 fn validate_digest(digest: &str) -> Result<(), ReferenceError> {
@@ -381,6 +448,29 @@ impl<'a> Reference<'a> {
         self.digest
     }
 
+    /// A 64-hex name, which Docker reads as an image ID, or `sha256:<hex>`,
+    /// which the grammar reads as repository `sha256` with a tag: a digest
+    /// pasted without its repository either way.
+    fn is_bare_digest(&self) -> bool {
+        let name = self.name();
+        is_hex_of(name, 64)
+            || self.digest.is_none()
+                && self.tag.is_some_and(|t| {
+                    name == "sha256" && is_hex_of(t, 64) || name == "sha512" && is_hex_of(t, 128)
+                })
+    }
+
+    /// The repository Docker and containerd read a short name as:
+    /// `nginx` is `docker.io/library/nginx`.
+    pub fn docker_hub_repository(&self) -> String {
+        let name = self.name();
+        if in_hub_library("docker.io", name) {
+            format!("docker.io/library/{name}")
+        } else {
+            format!("docker.io/{name}")
+        }
+    }
+
     /// The registry and the path within it, split the way container runtimes
     /// do: the first component names a registry only if it contains '.' or
     /// ':', is `localhost`, or has upper-case letters. `None` means a short
@@ -404,11 +494,6 @@ impl<'a> Reference<'a> {
             Some((registry, path)) => Some(canonical(registry, path, self.name())),
             None => {
                 let registry = short_name_registry?;
-                if is_image_id(self.name()) {
-                    // A bare 64-hex name is read as an image ID by Docker, never
-                    // as a repository; refuse to guess.
-                    return None;
-                }
                 Some(Cow::Owned(canonical(registry, self.name(), "").into_owned()))
             }
         }
@@ -436,8 +521,8 @@ impl fmt::Display for Reference<'_> {
     }
 }
 
-fn is_image_id(name: &str) -> bool {
-    name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+fn is_hex_of(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Whether a name's first component is a registry host rather than a
@@ -449,9 +534,12 @@ pub fn looks_like_host(first: &str) -> bool {
 }
 
 /// A registry host as matching compares it: lower case, and Docker Hub's
-/// `index.docker.io` as `docker.io`. Borrowed when already canonical.
+/// `index.docker.io` as `docker.io`. Borrowed when already canonical. A
+/// single-label host (`Foo`) is a host only because of its upper case, so it
+/// keeps it: lowered, `foo/bar` would read as a Docker Hub short name
+/// wherever the name is shown and pasted back.
 pub fn canonical_host(host: &str) -> Cow<'_, str> {
-    let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    let host = if host.bytes().any(|b| b.is_ascii_uppercase()) && looks_like_host(host) {
         Cow::Owned(host.to_ascii_lowercase())
     } else {
         Cow::Borrowed(host)
@@ -541,12 +629,7 @@ mod tests {
 
     #[test]
     fn short_names_have_no_registry() {
-        for short in [
-            "nginx",
-            "ovms-1:replace",
-            "kserve/sklearnserver:latest",
-            "foo/bar/baz",
-        ] {
+        for short in ["nginx", "ovms-1:2", "kserve/sklearnserver:latest", "foo/bar/baz"] {
             let r = parse(short).unwrap();
             assert_eq!(r.registry(), None, "{short}");
             assert_eq!(r.canonical_repository(None), None, "{short}");
@@ -587,8 +670,34 @@ mod tests {
             "quay.io/x:${TAG}",
             "{{ .Values.image }}",
         ] {
-            assert_eq!(parse(p), Err(ReferenceError::Placeholder), "{p}");
+            assert!(matches!(parse(p), Err(ReferenceError::Placeholder(_))), "{p}");
         }
+        // Valid names, but placeholders all the same.
+        assert_eq!(
+            parse("ovms-1:replace"),
+            Err(ReferenceError::Placeholder(Placeholder::ReplaceTag))
+        );
+        assert_eq!(parse("quay.io/x:replaced").map(|r| r.tag()), Ok(Some("replaced")));
+    }
+
+    #[test]
+    fn bare_digests_are_not_names() {
+        let hex = &D256["sha256:".len()..];
+        assert_eq!(parse(hex), Err(ReferenceError::BareDigest));
+        assert_eq!(parse(D256), Err(ReferenceError::BareDigest));
+        // With a registry it is a (strange) repository name.
+        assert!(parse(&format!("quay.io/{hex}")).is_ok());
+    }
+
+    #[test]
+    fn upper_case_single_label_hosts_keep_their_case() {
+        let r = parse("Foo/bar:1").unwrap();
+        assert_eq!(r.registry(), Some(("Foo", "bar")));
+        assert_eq!(r.canonical_repository(None).as_deref(), Some("Foo/bar"));
+        assert_eq!(
+            parse("Quay.IO/x").unwrap().canonical_repository(None).as_deref(),
+            Some("quay.io/x")
+        );
     }
 
     #[test]

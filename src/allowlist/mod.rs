@@ -16,7 +16,7 @@ mod native;
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::Arc;
 
 pub use emit::to_native_yaml;
@@ -162,15 +162,26 @@ pub struct Allowlist {
     mirror_rules: Vec<MirrorRule>,
     exemptions: Vec<Exemption>,
     short_name_registry: Option<String>,
-    /// (hash of the last path component, index into `order`), sorted: the
-    /// "did you mean" index, twelve bytes an entry.
+    /// (hash of the last path component, loosely compared, index into
+    /// `order`), sorted: the "did you mean" index, twelve bytes an entry.
     basenames: Vec<(u64, u32)>,
 }
 
-fn basename_hash(name: &str) -> u64 {
+/// A repository name's last component as "did you mean" compares it: case
+/// and the separators `-`, `_` and `.` are what people get wrong.
+fn loose_basename(name: &str) -> impl Iterator<Item = u8> + '_ {
     let basename = name.rsplit('/').next().unwrap_or(name);
+    basename
+        .bytes()
+        .filter(|b| !matches!(b, b'-' | b'_' | b'.'))
+        .map(|b| b.to_ascii_lowercase())
+}
+
+fn basename_hash(name: &str) -> u64 {
     let mut h = DefaultHasher::new();
-    basename.hash(&mut h);
+    for b in loose_basename(name) {
+        h.write_u8(b);
+    }
     h.finish()
 }
 
@@ -276,7 +287,8 @@ impl Allowlist {
         self.short_name_registry.as_deref()
     }
 
-    /// Listed repositories whose last path component is `basename`.
+    /// Listed repositories whose last path component is `basename`, but for
+    /// case and the separators `-`, `_` and `.`.
     pub fn similar(&self, basename: &str) -> Vec<&str> {
         let h = basename_hash(basename);
         let start = self.basenames.partition_point(|(k, _)| *k < h);
@@ -284,7 +296,7 @@ impl Allowlist {
             .iter()
             .take_while(|(k, _)| *k == h)
             .map(|(_, i)| &*self.order[*i as usize])
-            .filter(|name| name.rsplit('/').next() == Some(basename))
+            .filter(|name| loose_basename(name).eq(loose_basename(basename)))
             .collect()
     }
 
@@ -611,6 +623,7 @@ mod tests {
             .unwrap();
         let list = b.build();
         assert_eq!(list.similar("ovms-1"), ["quay.io/opendatahub/ovms-1"]);
+        assert_eq!(list.similar("OVMS_1"), ["quay.io/opendatahub/ovms-1"]);
         assert!(list.similar("ovms").is_empty());
     }
 }
