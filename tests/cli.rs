@@ -148,6 +148,34 @@ fn fix_keeps_the_comment_after_a_quoted_image() {
 }
 
 #[test]
+fn template_parameters_are_judged_and_fixed_where_they_are_set() {
+    // odh-deployer's Template, its image made a parameter with a default,
+    // as Templates that take the image from `oc process -p` write it.
+    let upstream = std::fs::read_to_string(fixture("03_")).unwrap();
+    let template = |default: &str| {
+        upstream.replace("image: ovms-1", "image: ${OVMS_IMAGE}").replace(
+            "parameters: []",
+            &format!("parameters:\n  - name: OVMS_IMAGE\n    description: the model server image\n    value: {default}  # set by the release"),
+        )
+    };
+    let stale = template(&format!("{OVMS}@{NEVER_PROMOTED}"));
+    let line = stale.lines().position(|l| l.contains("value: ")).unwrap() + 1;
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-", "--fix"],
+        Some(&stale),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, template(&format!("{OVMS}@{PROMOTED}")));
+    assert!(
+        run.stderr.starts_with(&format!(
+            "-:{line}: Template ovms: fixed: objects[0] ServingRuntime ovms: container \"ovms\" (parameter OVMS_IMAGE): "
+        )),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn what_kubectl_reads_is_checked_and_fixed() {
     // A quoted value folded under its key (spec-invalid; go-yaml reads it)
     // and a tab after a colon (spec-valid; saphyr-parser refuses it).

@@ -54,6 +54,12 @@ pub struct Site {
     pub image: Result<String, String>,
     /// For embedded documents: which one, and the pointer inside it.
     pub embedded: Option<EmbeddedSite>,
+    /// Inside a Template: which of its objects (`objects[1] ServingRuntime
+    /// ovms`), so two objects' containers of one name are told apart.
+    pub within: Option<String>,
+    /// The Template parameter the image is the default of: the object says
+    /// `${NAME}` and [`Site::pointer`] is the parameter's `value`.
+    pub parameter: Option<String>,
 }
 
 /// Where an embedded site lives.
@@ -112,12 +118,25 @@ impl Site {
             Role::Volume => "image volume",
             Role::Predictor => "predictor",
             Role::Explainer => "explainer",
-            Role::Structure => return format!("at {}", self.path()),
+            Role::Structure => {
+                return match &self.within {
+                    Some(within) => format!("{within}: at {}", self.path()),
+                    None => format!("at {}", self.path()),
+                };
+            }
+        };
+        let mut out = match &self.within {
+            Some(within) => format!("{within}: {what}"),
+            None => what.to_owned(),
         };
         match &self.name {
-            Some(name) => format!("{what} \"{name}\""),
-            None => format!("{what} at {}", self.path()),
+            Some(name) => out.push_str(&format!(" \"{name}\"")),
+            None => out.push_str(&format!(" at {}", self.path())),
         }
+        if let Some(parameter) = &self.parameter {
+            out.push_str(&format!(" (parameter {parameter})"));
+        }
+        out
     }
 }
 

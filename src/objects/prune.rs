@@ -83,6 +83,7 @@ macro_rules! object_shape {
                 ("template", &TEMPLATE),
                 ("data", &KEEP),
                 ("objects", &OBJECTS),
+                ("parameters", &PARAMETERS),
             ],
             &[],
         )
@@ -91,6 +92,10 @@ macro_rules! object_shape {
 /// A Kubernetes object as the walkers read it.
 pub static OBJECT: Shape = object_shape!(&METADATA);
 static OBJECTS: Shape = Shape::List(&OBJECT);
+/// A Template's parameters: an image written `${NAME}` is read from the
+/// default of parameter NAME.
+static PARAMETER: Shape = Shape::Object(&[("name", &KEEP), ("value", &KEEP)], &[]);
+static PARAMETERS: Shape = Shape::List(&PARAMETER);
 static LISTED_METADATA: Shape = metadata_shape!("uid", "ownerReferences");
 /// A Kubernetes object as `audit` reads it from a list: [`OBJECT`] and the
 /// object's uid and owner references, which name what to fix.
@@ -291,6 +296,8 @@ mod prune_tests {
             Just("reference"),
             Just("workerSpec"),
             Just("objects"),
+            Just("parameters"),
+            Just("value"),
             Just("kind"),
             Just("apiVersion"),
             Just("predictor"),
@@ -308,6 +315,8 @@ mod prune_tests {
                 Just("v1"),
                 Just("Template"),
                 Just("q.io/a:1"),
+                Just("${X}"),
+                Just("X"),
                 Just("serving.kserve.io/v1alpha1"),
                 Just("ServingRuntime"),
                 Just("apps/v1"),

@@ -51,7 +51,17 @@ fn template_objects(object: &Value, ptr: &Pointer, walk: &mut Walk, depth: usize
                 }
                 let kind = item.get("kind").and_then(Value::as_str).unwrap_or("");
                 let group = group_of(item.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
+                let first = walk.sites.len();
                 visit(group, kind, item, &item_ptr, walk, depth + 1);
+                let name = item.pointer("/metadata/name").and_then(Value::as_str);
+                let label = format!("objects[{i}] {kind} {}", name.unwrap_or("(unnamed)"));
+                for site in &mut walk.sites[first..] {
+                    site.within = Some(match site.within.take() {
+                        Some(inner) => format!("{label}: {inner}"),
+                        None => label.clone(),
+                    });
+                    from_parameter(object, ptr, site);
+                }
             }
         }
         Some(other) => walk.sites.push(structure(
@@ -64,6 +74,40 @@ fn template_objects(object: &Value, ptr: &Pointer, walk: &mut Walk, depth: usize
     }
 }
 
+/// An image written `${NAME}` in a Template's object is instantiated from
+/// parameter NAME: with a default `value`, that value is the image to judge
+/// and the place to rewrite. Without one (or written inside a longer
+/// string), it stays the placeholder it is.
+fn from_parameter(template: &Value, ptr: &Pointer, site: &mut Site) {
+    if site.embedded.is_some() || site.parameter.is_some() {
+        return;
+    }
+    let Some(name) = site
+        .image
+        .as_deref()
+        .ok()
+        .and_then(|i| i.strip_prefix("${"))
+        .and_then(|i| i.strip_suffix('}'))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+    else {
+        return;
+    };
+    let Some(Value::Array(parameters)) = template.get("parameters") else {
+        return;
+    };
+    let found = parameters
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.get("name").and_then(Value::as_str) == Some(name));
+    if let Some((i, Value::String(default))) = found.and_then(|(i, p)| Some((i, p.get("value")?)))
+        && !default.is_empty()
+    {
+        site.pointer = join_index(&join(ptr, "parameters"), i, Some("value"));
+        site.parameter = Some(name.to_owned());
+        site.image = Ok(default.clone());
+    }
+}
+
 fn structure(pointer: &Pointer, reason: String) -> Site {
     Site {
         pointer: pointer.to_buf(),
@@ -71,6 +115,8 @@ fn structure(pointer: &Pointer, reason: String) -> Site {
         name: None,
         image: Err(reason),
         embedded: None,
+        within: None,
+        parameter: None,
     }
 }
 
@@ -133,6 +179,8 @@ impl Collector<'_> {
             name: name.map(str::to_owned),
             image,
             embedded: None,
+            within: None,
+            parameter: None,
         });
     }
 
@@ -457,6 +505,54 @@ mod tests {
                 ("/spec/predictor/sklearn/image", Some("sklearn")),
                 ("/spec/transformer/containers/0/image", Some("t")),
                 ("/spec/explainer/art/image", Some("art")),
+            ]
+        );
+    }
+
+    #[test]
+    fn template_objects_are_told_apart_and_read_their_parameters() {
+        let runtime = |name: &str, image: &str| {
+            json!({"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "metadata": {"name": name},
+                "spec": {"containers": [{"name": "kserve-container", "image": image}]}})
+        };
+        let t = json!({"apiVersion": "template.openshift.io/v1", "kind": "Template",
+            "objects": [runtime("ovms", "${OVMS_IMAGE}"), runtime("ovms-gpu", "${GPU_IMAGE}"), runtime("tgis", "q.io/${TAG}")],
+            "parameters": [
+                {"name": "GPU_IMAGE", "description": "no default"},
+                {"name": "OVMS_IMAGE", "value": "quay.io/modh/openvino_model_server:2024"},
+                {"name": "TAG", "value": "1"}]});
+        let w = walk(&t);
+        let seen: Vec<(String, &str, Result<&str, &str>)> = w
+            .sites
+            .iter()
+            .map(|s| {
+                (
+                    s.describe(),
+                    s.pointer.as_str(),
+                    s.image.as_deref().map_err(|e| e.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "objects[0] ServingRuntime ovms: container \"kserve-container\" (parameter OVMS_IMAGE)"
+                        .to_owned(),
+                    "/parameters/1/value",
+                    Ok("quay.io/modh/openvino_model_server:2024")
+                ),
+                // No default, or inside a longer string: the placeholder stays.
+                (
+                    "objects[1] ServingRuntime ovms-gpu: container \"kserve-container\"".to_owned(),
+                    "/objects/1/spec/containers/0/image",
+                    Ok("${GPU_IMAGE}")
+                ),
+                (
+                    "objects[2] ServingRuntime tgis: container \"kserve-container\"".to_owned(),
+                    "/objects/2/spec/containers/0/image",
+                    Ok("q.io/${TAG}")
+                ),
             ]
         );
     }
