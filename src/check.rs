@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::allowlist::Allowlist;
 use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement};
 use crate::policy::{Mode, Policy};
-use crate::report::{self, Keep, ObjectReport, Report};
+use crate::report::{self, Keep, ObjectReport, Position, Report};
 use crate::yaml::{self, Document, Edit, Offsets};
 
 /// Where a manifest comes from.
@@ -559,22 +559,27 @@ fn verify(text: &str, original: &str, expected: &[Expected]) -> Result<(), Strin
     }
 }
 
-/// The file line of an image. Inside an embedded literal block the line is
-/// the block's first line plus the image's line in the embedded text.
-fn line_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> usize {
+/// Where an image stands in the file. Inside an embedded literal block the
+/// line is the block's first line plus the image's line in the embedded text
+/// (the column is not tracked there).
+fn position_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> Position {
     if let Some(n) = doc.node(at) {
-        return n.line;
+        return Position {
+            line: n.line,
+            column: Some(n.col + 1),
+        };
     }
     let outer = at.split('#').next().unwrap_or(at);
-    match (doc.node(outer), &image.site.embedded) {
+    let line = match (doc.node(outer), &image.site.embedded) {
         (Some(n), Some(e)) if n.is_literal_block() => n.line + e.line - 1,
         _ => doc.line_of(outer),
-    }
+    };
+    Position { line, column: None }
 }
 
 fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> ObjectReport {
-    let line_of = |i: &ImageJudgement| {
-        Some(line_of_site(
+    let position_of = |i: &ImageJudgement| {
+        Some(position_of_site(
             doc,
             &format!("{}{}", found.prefix, i.site.path()),
             i,
@@ -584,7 +589,7 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> Ob
         document: Some(doc.index),
         item: found.item,
         line: Some(doc.line_of(&found.prefix)),
-        ..ObjectReport::new(input.name.clone(), found.object, j, line_of)
+        ..ObjectReport::new(input.name.clone(), found.object, j, position_of)
     }
 }
 

@@ -61,6 +61,8 @@ pub enum Command {
 pub enum Output {
     Text,
     Json,
+    /// SARIF 2.1.0, for code scanning (GitHub, GitLab).
+    Sarif,
 }
 
 /// A per-kind mode override, `KIND=MODE`.
@@ -453,7 +455,7 @@ fn run_check(args: &CheckArgs) -> u8 {
     let (sources, mut problems) = check::sources(&names);
     let keep = match args.output {
         Output::Text => report::Keep::TextLines { fixed: args.fix },
-        Output::Json => report::Keep::Objects,
+        Output::Json | Output::Sarif => report::Keep::Objects,
     };
     let mut outcome = check::check(&sources, &loaded.allowlist, &args.policy.policy(), args.fix, keep);
     problems.append(&mut outcome.report.errors);
@@ -467,6 +469,7 @@ fn run_check(args: &CheckArgs) -> u8 {
     let report = match args.output {
         Output::Text => report::text(&outcome.report, args.fix.then_some(outcome.still_denied)),
         Output::Json => report::json(&outcome.report),
+        Output::Sarif => crate::sarif::sarif(&outcome.report),
     };
     if args.fix {
         eprint!("{report}");
@@ -565,6 +568,7 @@ fn run_audit(args: &AuditArgs) -> u8 {
     print_out(&match args.output {
         Output::Text => report::text(&found.report, None),
         Output::Json => report::json(&found.report),
+        Output::Sarif => crate::sarif::sarif(&found.report),
     });
     report::exit_code(&found.report)
 }

@@ -27,6 +27,7 @@ pub mod objects;
 pub mod policy;
 pub mod reference;
 pub mod report;
+pub mod sarif;
 pub mod server;
 pub mod text;
 // The incident's digests and allowlist, for unit tests, integration tests

@@ -128,6 +128,38 @@ impl Reason {
             Self::CannotRewrite => "cannot_rewrite",
         }
     }
+
+    /// What an image with this reason is, in a sentence: the description of
+    /// the reason's rule in SARIF reports.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Promoted => "The image is pinned to a promoted digest.",
+            Self::Exempt => "The image matches an exemption.",
+            Self::UnlistedAllowed => {
+                "The image's repository is not in the allowlist, and unlisted repositories are allowed."
+            }
+            Self::TagOnly => "The image names a tag without a digest; tags move, promoted digests do not.",
+            Self::DigestNotPromoted => "The image's digest was never promoted for its repository.",
+            Self::Malformed => "The object is malformed where an image should be.",
+            Self::Invalid => "The image is not a valid image reference.",
+            Self::Placeholder => "The image is a placeholder that was never substituted.",
+            Self::ShortName => {
+                "The image has no registry domain, so each container runtime resolves it its own way."
+            }
+            Self::Unlisted => "The image's repository is not in the promoted-digest allowlist.",
+            Self::UnknownTag => "The image's tag is not a promoted tag of its repository.",
+            Self::NoTagOrDigest => "The image has neither tag nor digest, so it would pull :latest.",
+            Self::CannotRewrite => {
+                "The image must be rewritten to its promoted digest, but cannot be in place."
+            }
+        }
+    }
+
+    /// Whether an image with this reason needs a change (allowed images'
+    /// reasons do not).
+    pub fn is_finding(self) -> bool {
+        !matches!(self, Self::Promoted | Self::Exempt | Self::UnlistedAllowed)
+    }
 }
 
 /// Why an image would be rewritten.

@@ -32,6 +32,18 @@ pub struct ImageReport {
     pub would_be: Option<&'static str>,
     /// The file line; null for objects read from a cluster.
     pub line: Option<usize>,
+    /// The 1-based column (in characters) where the image's value starts,
+    /// when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+}
+
+/// Where an image stands in a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub line: usize,
+    /// 1-based, in characters; unknown inside a rewritten embedded text.
+    pub column: Option<usize>,
 }
 
 /// An owner of an object, nearest first in [`ObjectReport::owners`].
@@ -119,20 +131,20 @@ pub struct Report {
 
 impl ObjectReport {
     /// The report of `object` judged as `j`, found in `source`. Positions
-    /// (`document`, `item`, `line`) are the caller's: `line_of` gives an
-    /// image's line, if the source has lines. `owners` starts with the
+    /// (`document`, `item`, `line`) are the caller's: `position_of` gives
+    /// an image's position, if the source has lines. `owners` starts with the
     /// object's own controller reference, if it has one.
     pub fn new(
         source: String,
         object: &Value,
         j: &Judgement,
-        line_of: impl Fn(&ImageJudgement) -> Option<usize>,
+        position_of: impl Fn(&ImageJudgement) -> Option<Position>,
     ) -> ObjectReport {
         let text = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
         let images = j
             .images
             .iter()
-            .map(|i| image_report(object, j.mode, i, line_of(i)))
+            .map(|i| image_report(object, j.mode, i, position_of(i)))
             .collect();
         ObjectReport {
             source,
@@ -165,7 +177,7 @@ impl ObjectReport {
     }
 }
 
-fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, line: Option<usize>) -> ImageReport {
+fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, position: Option<Position>) -> ImageReport {
     let would_be = (mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
     let (container, volume) = match i.site.role {
         Role::Volume => (None, i.site.name.clone()),
@@ -186,7 +198,8 @@ fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, line: Option<usi
         code: i.reason().label(),
         reason: i.message(),
         would_be,
-        line,
+        line: position.map(|p| p.line),
+        column: position.and_then(|p| p.column),
     }
 }
 

@@ -1,0 +1,159 @@
+//! The SARIF 2.1.0 report (`--output sarif`), for code scanning in GitHub
+//! and GitLab: one rule per reason code, one result per image that needs a
+//! change, located at the file, line and column of the image.
+//!
+//! Levels follow what the admission does: `error` for a denial, `warning`
+//! for a rewrite, `note` for what audit mode would do. Files that could not
+//! be read, and files skipped, are the invocation's notifications.
+
+use serde_json::{Value, json};
+
+use crate::policy::Reason;
+use crate::report::{ImageReport, ObjectReport, Report};
+
+/// The schema the document names, as code scanning expects it.
+const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
+const INFORMATION_URI: &str = "https://github.com/digest-gate/digest-gate";
+
+/// The SARIF document for `report`.
+pub fn sarif(report: &Report) -> String {
+    let rules: Vec<Reason> = Reason::ALL.into_iter().filter(|r| r.is_finding()).collect();
+    let results: Vec<Value> = report
+        .results
+        .iter()
+        .flat_map(|object| object.images.iter().map(move |image| (object, image)))
+        .filter_map(|(object, image)| result(object, image, &rules))
+        .collect();
+    let notifications: Vec<Value> = report
+        .errors
+        .iter()
+        .map(|e| notification("error", e))
+        .chain(
+            report
+                .skipped
+                .iter()
+                .map(|s| notification("note", &format!("skipped {}: {}", s.source, s.reason))),
+        )
+        .chain(report.notes.iter().map(|n| notification("note", n)))
+        .collect();
+    let document = json!({
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "digest-gate",
+                "version": env!("CARGO_PKG_VERSION"),
+                "informationUri": INFORMATION_URI,
+                "rules": rules.iter().map(|r| rule(*r)).collect::<Vec<_>>(),
+            }},
+            // Columns count characters, as the YAML reader does.
+            "columnKind": "unicodeCodePoints",
+            "invocations": [{
+                "executionSuccessful": report.errors.is_empty(),
+                "toolExecutionNotifications": notifications,
+            }],
+            "results": results,
+        }],
+    });
+    let mut out = serde_json::to_string_pretty(&document).expect("SARIF serialises");
+    out.push('\n');
+    out
+}
+
+fn rule(reason: Reason) -> Value {
+    let level = match reason {
+        Reason::TagOnly | Reason::DigestNotPromoted => "warning",
+        _ => "error",
+    };
+    json!({
+        "id": reason.label(),
+        "shortDescription": {"text": reason.summary()},
+        "defaultConfiguration": {"level": level},
+        "helpUri": format!("{INFORMATION_URI}#decisions"),
+    })
+}
+
+/// The result for one image, or `None` when it needs no change.
+fn result(object: &ObjectReport, image: &ImageReport, rules: &[Reason]) -> Option<Value> {
+    let level = match (image.verdict, image.would_be) {
+        ("deny", _) => "error",
+        ("rewrite", _) => "warning",
+        (_, Some(_)) => "note",
+        _ => return None,
+    };
+    let index = rules.iter().position(|r| r.label() == image.code)?;
+    let kind = object.kind.as_deref().unwrap_or("object");
+    let name = match (&object.namespace, &object.name) {
+        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+        (None, Some(n)) => n.clone(),
+        _ => "(unnamed)".to_owned(),
+    };
+    let mut location = json!({
+        "logicalLocations": [{"fullyQualifiedName": format!("{kind} {name}: {}", image.path), "kind": "object"}],
+    });
+    // Standard input and cluster objects have no file to point into.
+    if let (Some(line), false) = (
+        image.line,
+        object.source == "-" || object.source.starts_with("cluster:"),
+    ) {
+        let mut region = json!({"startLine": line});
+        if let Some(column) = image.column {
+            region["startColumn"] = json!(column);
+        }
+        location["physicalLocation"] = json!({
+            "artifactLocation": {"uri": uri(&object.source)},
+            "region": region,
+        });
+    }
+    let mut result = json!({
+        "ruleId": image.code,
+        "ruleIndex": index,
+        "level": level,
+        "message": {"text": image.reason},
+        "locations": [location],
+    });
+    // The image as written and, for a rewrite, what it becomes: what a
+    // code-scanning rule or a bot acting on the results needs.
+    let mut properties = json!({"image": image.image});
+    if let Some(to) = &image.rewrite {
+        properties["rewrite"] = json!(to);
+    }
+    result["properties"] = properties;
+    Some(result)
+}
+
+fn notification(level: &str, text: &str) -> Value {
+    json!({"level": level, "message": {"text": text}})
+}
+
+/// A path as a URI reference: relative paths stay relative (code scanning
+/// resolves them against the checkout), absolute ones become `file://`
+/// URIs; characters a URI cannot hold are percent-encoded.
+fn uri(path: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 8);
+    if path.starts_with('/') {
+        out.push_str("file://");
+    }
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uri;
+
+    #[rstest::rstest]
+    #[case::relative("manifests/runtime.yaml", "manifests/runtime.yaml")]
+    #[case::absolute("/src/a b.yaml", "file:///src/a%20b.yaml")]
+    #[case::reserved("dir/#1?.yaml", "dir/%231%3F.yaml")]
+    #[case::non_ascii("é.yaml", "%C3%A9.yaml")]
+    fn paths_are_uri_references(#[case] path: &str, #[case] want: &str) {
+        assert_eq!(uri(path), want);
+    }
+}
