@@ -529,9 +529,13 @@ fn embedded_edits(
 }
 
 /// Re-reads the fixed text beside the original, document by document: it
-/// must hold exactly the original documents with the rewrites applied, or
-/// nothing is written.
+/// must hold exactly the original documents with the rewrites applied, and
+/// every byte outside the rewritten values (comments, quoting, layout) must
+/// be as it was, or nothing is written. Values alone would let a lost
+/// comment through.
 fn verify(text: &str, original: &str, expected: &[Expected]) -> Result<(), String> {
+    let offsets = (Offsets::new(original), Offsets::new(text));
+    let mut values = (Vec::new(), Vec::new());
     let mut fixed = yaml::documents(text);
     for before in yaml::documents(original) {
         let before = before.map_err(|e| format!("the original no longer parses: {e}"))?;
@@ -539,12 +543,20 @@ fn verify(text: &str, original: &str, expected: &[Expected]) -> Result<(), Strin
             .next()
             .ok_or("the result has fewer documents")?
             .map_err(|e| format!("the result does not parse: {e}"))?;
-        let mut want = before.value;
+        let mut want = before.value.clone();
         for (_, prefix, ops) in expected.iter().filter(|(i, ..)| *i == before.index) {
             let object = want
                 .pointer_mut(prefix)
                 .ok_or_else(|| format!("{prefix}: not in the document"))?;
             json_patch::patch(object, ops).map_err(|e| e.to_string())?;
+            for op in ops {
+                let at = format!("{prefix}{}", op.path());
+                let (Some(b), Some(a)) = (before.node(&at), after.node(&at)) else {
+                    return Err(format!("{at}: position unknown"));
+                };
+                values.0.push(yaml::value_range(original, &offsets.0, &b));
+                values.1.push(yaml::value_range(text, &offsets.1, &a));
+            }
         }
         if want != after.value {
             return Err(format!(
@@ -553,10 +565,40 @@ fn verify(text: &str, original: &str, expected: &[Expected]) -> Result<(), Strin
             ));
         }
     }
-    match fixed.next() {
-        None => Ok(()),
-        Some(_) => Err("the result has more documents".into()),
+    if fixed.next().is_some() {
+        return Err("the result has more documents".into());
     }
+    same_outside(original, values.0, text, values.1)
+}
+
+/// Whether `before` and `after` are the same text outside the given byte
+/// ranges of each, taken in order.
+fn same_outside(
+    before: &str,
+    mut in_before: Vec<(usize, usize)>,
+    after: &str,
+    mut in_after: Vec<(usize, usize)>,
+) -> Result<(), String> {
+    for ranges in [&mut in_before, &mut in_after] {
+        // An anchored value reached through aliases is one range.
+        ranges.sort_unstable();
+        ranges.dedup();
+    }
+    if in_before.len() != in_after.len() {
+        return Err("the rewritten values do not line up".into());
+    }
+    let (mut b, mut a) = (0, 0);
+    for (&(bs, be), &(as_, ae)) in in_before.iter().zip(&in_after).chain(std::iter::once((
+        &(before.len(), before.len()),
+        &(after.len(), after.len()),
+    ))) {
+        if bs < b || as_ < a || before[b..bs] != after[a..as_] {
+            let line = before[..b.min(before.len())].matches('\n').count() + 1;
+            return Err(format!("line {line}: text outside the image values would change"));
+        }
+        (b, a) = (be, ae);
+    }
+    Ok(())
 }
 
 /// Where an image stands in the file. Inside an embedded literal block the
@@ -712,6 +754,19 @@ mod tests {
             o.report.errors[0].starts_with("m.yaml: not valid YAML or JSON"),
             "{:?}",
             o.report.errors
+        );
+    }
+
+    #[test]
+    fn a_lost_comment_is_caught_where_values_agree() {
+        let before = "image: \"quay.io/a/b@sha256:1\"   # stale!\nargs: [x]\n";
+        let good = "image: \"quay.io/a/b@sha256:2\"   # stale!\nargs: [x]\n";
+        let lost = "image: \"quay.io/a/b@sha256:2\"\nargs: [x]\n";
+        let value = vec![(7, 29)];
+        assert_eq!(same_outside(before, value.clone(), good, value.clone()), Ok(()));
+        assert_eq!(
+            same_outside(before, value.clone(), lost, value),
+            Err("line 1: text outside the image values would change".to_owned())
         );
     }
 

@@ -737,23 +737,8 @@ impl Offsets {
 /// The edit that makes the scalar at `node` read `new_value`, keeping its
 /// quoting style, any tag or anchor written before it, and everything around.
 pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) -> Result<Edit, EditError> {
-    let (mut start, mut end) = offsets.range(node);
     let style = node.style.ok_or(EditError::NotScalar { line: node.line })?;
-    // Properties (`!!str`, `&anchor`) come first in the span; keep them.
-    loop {
-        let rest = &text[start..end];
-        if !(rest.starts_with('!') || rest.starts_with('&')) {
-            break;
-        }
-        let token = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        let spaces = rest[token..].len() - rest[token..].trim_start().len();
-        start += token + spaces;
-    }
-    // saphyr-parser's span of a quoted scalar runs on over the blanks and a
-    // comment after it: the edit ends at the closing quote.
-    if let Some(quote) = quoted_end(text, start, style).filter(|&q| q <= end) {
-        end = quote;
-    }
+    let (start, end) = value_range(text, offsets, node);
     let replacement = match style {
         ScalarStyle::Plain if is_plain_safe(new_value) => new_value.to_owned(),
         // Line breaks fold inside single quotes; only double quotes keep them.
@@ -781,6 +766,30 @@ pub fn scalar_edit(text: &str, offsets: &Offsets, node: &Node, new_value: &str) 
         end,
         text: replacement,
     })
+}
+
+/// The bytes a scalar's value is written in: without the properties
+/// (`!!str`, `&anchor`) before it, and for a quoted scalar up to its closing
+/// quote (saphyr-parser's span runs on over the blanks and a comment after
+/// it). Anything else a node covers is returned whole.
+pub fn value_range(text: &str, offsets: &Offsets, node: &Node) -> (usize, usize) {
+    let (mut start, mut end) = offsets.range(node);
+    let Some(style) = node.style else {
+        return (start, end);
+    };
+    loop {
+        let rest = &text[start..end];
+        if !(rest.starts_with('!') || rest.starts_with('&')) {
+            break;
+        }
+        let token = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let spaces = rest[token..].len() - rest[token..].trim_start().len();
+        start += token + spaces;
+    }
+    if let Some(quote) = quoted_end(text, start, style).filter(|&q| q <= end) {
+        end = quote;
+    }
+    (start, end)
 }
 
 /// The byte after the closing quote of the quoted scalar that opens at
