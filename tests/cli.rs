@@ -430,6 +430,31 @@ fn directories_are_walked_recursively_and_files_that_are_not_manifests_skipped()
 }
 
 #[test]
+fn a_recursive_check_of_the_fixtures_gives_each_file_its_own_verdicts() {
+    let verdicts = |run: &Run| -> Vec<(String, Value, Value, Vec<Value>)> {
+        run.json()["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let images = r["images"].as_array().unwrap().iter().map(|i| i["verdict"].clone()).collect();
+                (r["source"].as_str().unwrap().to_owned(), r["document"].clone(), r["verdict"].clone(), images)
+            })
+            .collect()
+    };
+    let all = check(&example_allowlist(), &path("tests/fixtures/upstream"), &["-o", "json"]);
+    assert_eq!(all.code, 1, "{}", all.stderr);
+    let all = verdicts(&all);
+    let files: std::collections::BTreeSet<String> = all.iter().map(|v| v.0.clone()).collect();
+    assert!(files.len() >= 14, "{files:?}");
+    let mut one_by_one = Vec::new();
+    for file in &files {
+        one_by_one.extend(verdicts(&check(&example_allowlist(), file, &["-o", "json"])));
+    }
+    assert_eq!(all, one_by_one);
+}
+
+#[test]
 fn a_run_that_finds_no_kubernetes_object_fails() {
     let dir = scratch("no-objects");
     std::fs::write(dir.join("values.yaml"), "replicas: 2\n").unwrap();
