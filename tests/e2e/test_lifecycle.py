@@ -161,6 +161,25 @@ def test_upgrade_from_0_2_0_turns_the_audit_on_and_a_rollback_off(cluster, relea
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
 
+def test_upgrade_from_0_3_0_changes_only_versions_and_messages(cluster, release, models, tmp_path):
+    old = previous_chart("0.3.0", tmp_path / "old")
+    before = release.install(release.values(), chart=old, raw=True)
+    after = release.upgrade()
+    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.3.0"
+    # 0.4.0 changes messages, codes and check's exit code, not what the
+    # chart renders.
+    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    # What changed, as a developer meets it: a placeholder is named as one.
+    draft = incident_runtime(models)
+    draft["metadata"]["name"] = "ovms-draft"
+    draft["spec"]["containers"][0]["image"] = "ovms-1:replace"
+    denied = cluster.apply(draft, check=False)
+    assert denied.returncode != 0
+    assert ("image 'ovms-1:replace' is an unsubstituted placeholder (the tag ':replace', which a build step "
+            "replaces)") in denied.stderr, denied.stderr
+    assert release.pod.metric("digest_gate_images_total", verdict="deny", reason="placeholder") == 1
+
+
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
     """The loopback pod serves exactly the chart's Secret; the apiserver's
     view of the CA is the bundle in the webhook configurations."""
