@@ -31,7 +31,6 @@ import os
 import pathlib
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from cluster import ControlPlane, binaries, wait_until  # noqa: E402 (needs the path above)
-from rss import measure  # noqa: E402 (bench/ is on the path as the script's directory)
+from rss import binary_argument, built, measure  # noqa: E402 (bench/ is on the path as the script's directory)
 
 POD = ROOT / "bench" / "modelmesh-pod.json"
 RUNTIME = ROOT / "examples" / "manifests" / "incident-servingruntime.yaml"
@@ -135,10 +134,9 @@ def main():
     ap.add_argument("--runtimes", type=int, default=500)
     ap.add_argument("--namespaces", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "digest-gate"))
+    binary_argument(ap)
     args = ap.parse_args()
-    if args.binary == str(ROOT / "target" / "release" / "digest-gate"):
-        subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+    built(args.binary)
     OUT.mkdir(parents=True, exist_ok=True)
     total = args.pods + args.runtimes
     stale = len(range(0, args.pods, 10)) + len(range(0, args.runtimes, 10))

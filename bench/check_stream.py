@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
-from rss import measure
+from rss import binary_argument, built, measure
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "examples" / "manifests" / "incident-servingruntime.yaml"
@@ -45,10 +44,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,1000,5000,20000")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "digest-gate"))
+    binary_argument(ap)
     args = ap.parse_args()
-    if args.binary == str(ROOT / "target" / "release" / "digest-gate"):
-        subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+    built(args.binary)
     OUT.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []

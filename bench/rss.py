@@ -5,10 +5,26 @@ Shared by the benchmarks that compare digest-gate with other commands.
 
 from __future__ import annotations
 
+import argparse
 import os
 import pathlib
 import subprocess
 import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RELEASE = ROOT / "target" / "release" / "digest-gate"
+
+
+def binary_argument(ap: argparse.ArgumentParser):
+    """--binary, by default the release build."""
+    ap.add_argument("--binary", default=str(RELEASE))
+
+
+def built(binary: str) -> str:
+    """The binary to measure, the release build brought up to date first."""
+    if binary == str(RELEASE):
+        subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+    return binary
 
 # Runs argv[1:] and reports its wall time, peak RSS and exit code on stderr.
 # A process of its own: a child's ru_maxrss includes the memory of the

@@ -235,6 +235,13 @@ mod tests {
         docs.remove(0)
     }
 
+    /// The leniencies reading all of `text` needed.
+    fn leniencies(text: &str) -> Vec<Leniency> {
+        let mut docs = documents(text);
+        docs.by_ref().for_each(drop);
+        docs.leniencies().to_vec()
+    }
+
     /// Rewrites the scalar at `pointer` the way `check --fix` does.
     fn fix(text: &str, pointer: &str, to: &str) -> String {
         let doc = read(text);
@@ -251,17 +258,16 @@ mod tests {
             doc.value,
             json!({"metadata": {"name": "p"}, "spec": {"image": "quay.io/a/b:1"}})
         );
-        let mut docs = documents(text);
-        docs.by_ref().for_each(drop);
+        let found = leniencies(text);
         assert_eq!(
-            docs.leniencies(),
+            found,
             [
                 Leniency::TabAfterColon { line: 2 },
                 Leniency::TabAfterColon { line: 4 }
             ]
         );
         assert!(
-            docs.leniencies().iter().all(|l| l.advice().is_none()),
+            found.iter().all(|l| l.advice().is_none()),
             "valid YAML: nothing to tell"
         );
         // The tab stays: only the value changes.
@@ -290,17 +296,16 @@ mod tests {
             fix(text, "/flow/0/image", "quay.io/a/b@sha256:00"),
             text.replace("quay.io/a/b:1", "quay.io/a/b@sha256:00")
         );
-        let mut docs = documents(text);
-        docs.by_ref().for_each(drop);
+        let found = leniencies(text);
         assert_eq!(
-            docs.leniencies(),
+            found,
             [
                 Leniency::UnderIndentedQuoted { line: 3 },
                 Leniency::UnderIndentedQuoted { line: 6 }
             ]
         );
         assert!(
-            docs.leniencies()[0]
+            found[0]
                 .advice()
                 .unwrap()
                 .starts_with("line 3: the quoted value continues")
