@@ -437,12 +437,26 @@ fn a_recursive_check_of_the_fixtures_gives_each_file_its_own_verdicts() {
             .unwrap()
             .iter()
             .map(|r| {
-                let images = r["images"].as_array().unwrap().iter().map(|i| i["verdict"].clone()).collect();
-                (r["source"].as_str().unwrap().to_owned(), r["document"].clone(), r["verdict"].clone(), images)
+                let images = r["images"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| i["verdict"].clone())
+                    .collect();
+                (
+                    r["source"].as_str().unwrap().to_owned(),
+                    r["document"].clone(),
+                    r["verdict"].clone(),
+                    images,
+                )
             })
             .collect()
     };
-    let all = check(&example_allowlist(), &path("tests/fixtures/upstream"), &["-o", "json"]);
+    let all = check(
+        &example_allowlist(),
+        &path("tests/fixtures/upstream"),
+        &["-o", "json"],
+    );
     assert_eq!(all.code, 1, "{}", all.stderr);
     let all = verdicts(&all);
     let files: std::collections::BTreeSet<String> = all.iter().map(|v| v.0.clone()).collect();
