@@ -144,12 +144,13 @@ impl Documents<'_> {
 
     /// After a scanner error the leniencies may apply: the text is patched
     /// and read again from the start, passing over the documents already
-    /// handed out. Each restart rereads the text, so their number is capped.
+    /// handed out. Each restart rereads the text, so their number and the
+    /// text they reread together are capped.
     fn restart(&mut self, error: &ScanError) -> bool {
-        if self.patches >= tolerant::MAX_PATCHES {
+        let text = self.current.as_deref().unwrap_or(self.original);
+        if !tolerant::may_reread(self.patches, text.len()) {
             return false;
         }
-        let text = self.current.as_deref().unwrap_or(self.original);
         let Some((patched, leniency)) = tolerant::patch(text, error, &mut self.builder.shifts) else {
             return false;
         };

@@ -34,6 +34,18 @@ use saphyr_parser::ScanError;
 /// read quadratic.
 pub const MAX_PATCHES: usize = 256;
 
+/// Bytes all rereads of one text may cover together. The webhook reads
+/// the YAML embedded in ConfigMaps (up to 1 MiB) within the apiserver's
+/// timeout: a value built to need many patches gets a few, then the
+/// scanner's error, never seconds of rereading.
+pub const REREAD_BUDGET: usize = 16 << 20;
+
+/// Whether a text of `len` bytes may be read once more after
+/// `patches` patches.
+pub fn may_reread(patches: usize, len: usize) -> bool {
+    patches < MAX_PATCHES && (patches + 1).saturating_mul(len) <= REREAD_BUDGET
+}
+
 /// Where and how a text was read more leniently than YAML 1.2 allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leniency {
@@ -326,6 +338,17 @@ mod tests {
         assert!(err.message.contains("document indicator"), "{err}");
         // Tabs elsewhere are not touched: as indentation they are refused.
         assert!(parse_stream("a:\n\tb: 1\n").is_err());
+    }
+
+    #[test]
+    fn rereads_are_bounded_by_count_and_by_size() {
+        assert!(super::may_reread(0, 1 << 20));
+        assert!(super::may_reread(15, 1 << 20));
+        assert!(
+            !super::may_reread(16, 1 << 20),
+            "a 1 MiB ConfigMap value gets 16 rereads"
+        );
+        assert!(!super::may_reread(super::MAX_PATCHES, 100));
     }
 
     #[test]
