@@ -668,15 +668,16 @@ impl Denial {
             Self::ShortName { suggestions } => {
                 // Docker and containerd complete a short name with Docker
                 // Hub; CRI-O asks its search registries, or refuses.
-                let r = reference::parse(image).ok();
-                let hub = r.map_or_else(|| image.to_owned(), |r| r.docker_hub_repository());
+                let Ok(r) = reference::parse(image) else {
+                    return format!("image '{image}' has no registry domain");
+                };
                 let mut s = format!(
-                    "image '{image}' has no registry domain: Docker and containerd pull it from {hub}, \
-                     CRI-O from its configured search registries; write the registry"
+                    "image '{image}' has no registry domain: {}; write the registry",
+                    r.short_name_reading()
                 );
                 if suggestions.is_empty() {
-                    let digest = r.and_then(|r| r.digest()).unwrap_or("sha256:...");
-                    s.push_str(&format!(", e.g. {hub}@{digest}"));
+                    let digest = r.digest().unwrap_or("sha256:...");
+                    s.push_str(&format!(", e.g. {}@{digest}", r.docker_hub_repository()));
                 } else {
                     s.push_str(&format!("; promoted: {}", join_candidates(suggestions)));
                 }

@@ -471,6 +471,15 @@ impl<'a> Reference<'a> {
         }
     }
 
+    /// How container runtimes read this short name, for messages: the same
+    /// words wherever one is refused.
+    pub fn short_name_reading(&self) -> String {
+        format!(
+            "Docker and containerd pull it from {}, CRI-O from its configured search registries",
+            self.docker_hub_repository()
+        )
+    }
+
     /// The registry and the path within it, split the way container runtimes
     /// do: the first component names a registry only if it contains '.' or
     /// ':', is `localhost`, or has upper-case letters. `None` means a short

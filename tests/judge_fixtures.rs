@@ -130,3 +130,127 @@ fn upstream_runtimes_rewrite_and_settle() {
     }
     assert_eq!(rewritten, 11);
 }
+
+/// Paths (JSON Pointer templates, `-` for a list item) of every property
+/// named `image` in a CRD version's schema, with its schema.
+fn image_keys<'s>(schema: &'s Value, path: String, out: &mut Vec<(String, &'s Value)>) {
+    if let Some(Value::Object(props)) = schema.get("properties") {
+        for (key, sub) in props {
+            let p = format!("{path}/{key}");
+            if key == "image" {
+                out.push((p.clone(), sub));
+            }
+            image_keys(sub, p, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        image_keys(items, format!("{path}/-"), out);
+    }
+}
+
+/// An object of `kind` holding one value at `path` (list items created as
+/// needed), so the walker sees that one field.
+fn object_with(api_version: &str, kind: &str, path: &str, value: Value) -> Value {
+    let mut object = serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}});
+    let mut at = &mut object;
+    let tokens: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    for (i, token) in tokens.iter().enumerate() {
+        let last = i + 1 == tokens.len();
+        let next = if last {
+            value.clone()
+        } else if tokens[i + 1] == "-" {
+            Value::Array(Vec::new())
+        } else {
+            serde_json::json!({})
+        };
+        at = if *token == "-" {
+            let items = at.as_array_mut().unwrap();
+            items.push(next);
+            items.last_mut().unwrap()
+        } else {
+            at.as_object_mut().unwrap().entry(*token).or_insert(next)
+        };
+    }
+    object
+}
+
+/// `image` keys that do not hold a container image.
+const NOT_CONTAINER_IMAGES: &[(&str, &str)] = &[("/rbd/image", "a Ceph RBD image name")];
+
+#[test]
+fn every_image_in_the_llm_crds_schemas_is_a_site() {
+    let dir = root().join("tests/fixtures/upstream/llm/crds");
+    let mut seen = 0;
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        let crd = yaml::parse_stream(&text).unwrap().remove(0).value;
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_owned();
+        let group = crd["spec"]["group"].as_str().unwrap();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            let api_version = format!("{group}/{}", version["name"].as_str().unwrap());
+            let mut keys = Vec::new();
+            image_keys(&version["schema"]["openAPIV3Schema"], String::new(), &mut keys);
+            assert!(!keys.is_empty(), "{kind} {api_version}");
+            for (field, schema) in keys {
+                // An image volume's `image` is a mapping: the site is its reference.
+                let (value, path) = if schema["type"] == "object" {
+                    (
+                        serde_json::json!({"reference": "quay.io/x/y:1"}),
+                        format!("{field}/reference"),
+                    )
+                } else {
+                    (Value::from("quay.io/x/y:1"), field.clone())
+                };
+                let object = object_with(&api_version, &kind, &field, value);
+                let walk = objects::walk(&object);
+                assert!(walk.known, "{kind} {api_version}");
+                let pointers: Vec<&str> = walk.sites.iter().map(|s| s.pointer.as_str()).collect();
+                let want = path.replace("/-/", "/0/");
+                if NOT_CONTAINER_IMAGES
+                    .iter()
+                    .any(|(suffix, _)| path.ends_with(suffix))
+                {
+                    assert!(pointers.is_empty(), "{kind} {api_version} {path}: {pointers:?}");
+                } else {
+                    assert_eq!(pointers, [want.as_str()], "{kind} {api_version} {path}");
+                    assert_eq!(walk.sites[0].image.as_deref(), Ok("quay.io/x/y:1"));
+                    seen += 1;
+                }
+            }
+        }
+    }
+    // 2 kinds × 2 versions × 6 pod specs × 4 (containers, init, ephemeral,
+    // image volumes), and the ClusterStorageContainer's container.
+    assert_eq!(seen, 2 * 2 * 6 * 4 + 1);
+}
+
+#[test]
+fn the_upstream_llm_objects_have_every_image_judged() {
+    let dir = root().join("tests/fixtures/upstream/llm");
+    let mut files = 0;
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_none_or(|x| x != "yaml") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Every `image:` line in the file is a site, and no other.
+        let mut written: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.trim_start().trim_start_matches("- ").strip_prefix("image: "))
+            .map(|i| i.trim().to_owned())
+            .collect();
+        written.sort();
+        assert!(!written.is_empty(), "{}", path.display());
+        for doc in yaml::parse_stream(&text).unwrap() {
+            let j = judge::judge(&doc.value, None, &Policy::default(), &example_allowlist());
+            let mut judged: Vec<&str> = j.images.iter().map(|i| i.image()).collect();
+            judged.sort_unstable();
+            assert_eq!(judged, written, "{}", path.display());
+            // None of them is promoted in the example allowlist.
+            assert_eq!(j.verdict, ObjectVerdict::Deny, "{}", path.display());
+        }
+    }
+    assert_eq!(files, 7);
+}

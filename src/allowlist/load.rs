@@ -684,8 +684,9 @@ fn promotable(image: &str) -> Result<(String, &str, Option<&str>), String> {
     };
     let Some(repo) = r.canonical_repository(None) else {
         return Err(format!(
-            "'{image}' has no registry host; write it fully, e.g. quay.io/org/{}",
-            r.name()
+            "'{image}' has no registry host: {}; write the registry, e.g. {}@{digest}",
+            r.short_name_reading(),
+            r.docker_hub_repository()
         ));
     };
     Ok((repo.into_owned(), digest, r.tag()))
@@ -920,7 +921,7 @@ mod tests {
         assert_eq!(
             shown,
             [
-                "s.yaml:3: spec.repositories[0].name: 'nginx' has no registry host; write it fully, e.g. quay.io/org/nginx",
+                "s.yaml:3: spec.repositories[0].name: 'nginx' has no registry host: Docker and containerd pull it from docker.io/library/nginx, CRI-O from its configured search registries; write the registry, e.g. docker.io/library/nginx",
                 "s.yaml:3: spec.repositories[1].digests[0]: expected a digest or a mapping with 'digest' and 'tags', found a number",
                 "s.yaml:9: spec: duplicate key 'repositories'",
                 "s.yaml:13: spec.repositories[0].name: is required",

@@ -372,7 +372,11 @@ impl Sink<'_> {
             }
             Ok(r) => match r.canonical_repository(None) {
                 Some(c) => return Some(c.into_owned()),
-                None => format!("'{text}' has no registry host; write it fully, e.g. quay.io/org/{text}"),
+                None => format!(
+                    "'{text}' has no registry host: {}; write the registry, e.g. {}",
+                    r.short_name_reading(),
+                    r.docker_hub_repository()
+                ),
             },
         };
         self.error(name.line, format_args!("spec.repositories[{i}].name"), problem);

@@ -99,6 +99,8 @@ pub fn kind_named(name: &str) -> Option<&'static Kind> {
 fn page_size(kind: &Kind) -> u32 {
     match kind.layout {
         Layout::EmbeddedRuntimes | Layout::Template => 20,
+        // LLMInferenceServiceConfig presets run to 30 KB each.
+        Layout::PodSpecs(_) => 100,
         _ => 500,
     }
 }

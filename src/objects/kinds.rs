@@ -8,6 +8,11 @@
 pub enum Layout {
     /// A pod spec at this JSON Pointer.
     PodSpec(&'static str),
+    /// Pod specs at these JSON Pointers, each with the name messages give
+    /// its part ("" for the main one).
+    PodSpecs(&'static [(&'static str, &'static str)]),
+    /// One container at this JSON Pointer.
+    Container(&'static str),
     /// A KServe runtime spec at `/spec`: containers, image volumes, and the
     /// `workerSpec` of multi-node runtimes.
     Runtime,
@@ -32,6 +37,21 @@ pub struct Kind {
 
 const WORKLOAD_TEMPLATE: Layout = Layout::PodSpec("/spec/template/spec");
 
+/// The pod specs of KServe's llm-d based serving (LLMInferenceService and
+/// the LLMInferenceServiceConfig presets it merges): every pod spec the
+/// v1alpha1 and v1alpha2 CRDs define, the decode pods and their multi-node
+/// workers, the prefill pods and workers, and the router's scheduler and
+/// its tokenizer. `tests/judge_fixtures.rs` walks the CRDs' schemas to
+/// prove no `image` is left out.
+pub const LLM_POD_SPECS: &[(&str, &str)] = &[
+    ("/spec/template", ""),
+    ("/spec/worker", "worker"),
+    ("/spec/prefill/template", "prefill"),
+    ("/spec/prefill/worker", "prefill worker"),
+    ("/spec/router/scheduler/template", "scheduler"),
+    ("/spec/router/scheduler/tokenizer/template", "tokenizer"),
+];
+
 /// Every kind digest-gate reads.
 pub static KINDS: &[Kind] = &[
     Kind {
@@ -53,6 +73,22 @@ pub static KINDS: &[Kind] = &[
         name: "InferenceService",
         groups: &["serving.kserve.io"],
         layout: Layout::InferenceService,
+    },
+    Kind {
+        name: "LLMInferenceService",
+        groups: &["serving.kserve.io"],
+        layout: Layout::PodSpecs(LLM_POD_SPECS),
+    },
+    Kind {
+        name: "LLMInferenceServiceConfig",
+        groups: &["serving.kserve.io"],
+        layout: Layout::PodSpecs(LLM_POD_SPECS),
+    },
+    // The storage initializer KServe injects into predictor pods.
+    Kind {
+        name: "ClusterStorageContainer",
+        groups: &["serving.kserve.io"],
+        layout: Layout::Container("/spec/container"),
     },
     // extensions/v1beta1 still reaches webhooks from old manifests.
     Kind {

@@ -33,7 +33,9 @@ static CONTAINERS: Shape = Shape::List(&CONTAINER);
 static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)], &[]);
 static VOLUMES: Shape = Shape::List(&VOLUME);
 /// The union of a pod spec, a runtime spec, an InferenceService component,
-/// and the workload kinds' templates.
+/// the workload kinds' templates, and the parts of an LLMInferenceService
+/// (whose `template` is a pod spec, where a workload's holds one in `spec`)
+/// and a ClusterStorageContainer.
 static SPEC: Shape = Shape::Object(
     &[
         ("containers", &CONTAINERS),
@@ -41,19 +43,24 @@ static SPEC: Shape = Shape::Object(
         ("ephemeralContainers", &CONTAINERS),
         ("volumes", &VOLUMES),
         ("workerSpec", &SPEC),
-        ("template", &TEMPLATE),
-        ("jobTemplate", &JOB_TEMPLATE),
+        ("template", &SPEC),
+        ("spec", &SPEC),
+        ("jobTemplate", &SPEC),
         ("predictor", &SPEC),
         ("transformer", &SPEC),
         ("explainer", &SPEC),
+        ("worker", &SPEC),
+        ("prefill", &SPEC),
+        ("router", &SPEC),
+        ("scheduler", &SPEC),
+        ("tokenizer", &SPEC),
+        ("container", &CONTAINER),
     ],
     &[
         (kinds::PREDICTOR_INLINE, &CONTAINER),
         (kinds::EXPLAINER_INLINE, &CONTAINER),
     ],
 );
-static TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)], &[]);
-static JOB_TEMPLATE: Shape = Shape::Object(&[("spec", &SPEC)], &[]);
 /// The metadata reviews and patches need, and `$extra` fields.
 macro_rules! metadata_shape {
     ($($extra:literal),*) => {
@@ -80,7 +87,7 @@ macro_rules! object_shape {
                 ("kind", &KEEP),
                 ("metadata", $metadata),
                 ("spec", &SPEC),
-                ("template", &TEMPLATE),
+                ("template", &SPEC),
                 ("data", &KEEP),
                 ("objects", &OBJECTS),
                 ("parameters", &PARAMETERS),
@@ -295,6 +302,12 @@ mod prune_tests {
             Just("volumes"),
             Just("reference"),
             Just("workerSpec"),
+            Just("worker"),
+            Just("prefill"),
+            Just("router"),
+            Just("scheduler"),
+            Just("tokenizer"),
+            Just("container"),
             Just("objects"),
             Just("parameters"),
             Just("value"),
@@ -335,7 +348,7 @@ mod prune_tests {
 
     proptest! {
         #[test]
-        fn pruned_objects_walk_like_full_ones(v in json_value(), kind in prop_oneof![Just(("v1", "Pod")), Just(("serving.kserve.io/v1alpha1", "ServingRuntime")), Just(("template.openshift.io/v1", "Template")), Just(("apps/v1", "Deployment")), Just(("batch/v1", "CronJob")), Just(("serving.kserve.io/v1beta1", "InferenceService"))]) {
+        fn pruned_objects_walk_like_full_ones(v in json_value(), kind in prop_oneof![Just(("v1", "Pod")), Just(("serving.kserve.io/v1alpha1", "ServingRuntime")), Just(("template.openshift.io/v1", "Template")), Just(("apps/v1", "Deployment")), Just(("batch/v1", "CronJob")), Just(("serving.kserve.io/v1beta1", "InferenceService")), Just(("serving.kserve.io/v1alpha2", "LLMInferenceService")), Just(("serving.kserve.io/v1alpha1", "ClusterStorageContainer"))]) {
             let mut object = serde_json::json!({"apiVersion": kind.0, "kind": kind.1});
             object["spec"] = v.clone();
             object["objects"] = serde_json::json!([{"apiVersion": kind.0, "kind": kind.1, "spec": v}]);

@@ -28,6 +28,27 @@ pub(super) fn visit(
     };
     match entry.layout {
         Layout::PodSpec(at) => out.pod_spec(object.pointer(at), &ptr.concat(Pointer::from_static(at))),
+        Layout::PodSpecs(parts) => {
+            for (at, part) in parts {
+                let first = out.sites.len();
+                out.pod_spec(object.pointer(at), &ptr.concat(Pointer::from_static(at)));
+                if !part.is_empty() {
+                    for site in &mut out.sites[first..] {
+                        site.within = Some((*part).to_owned());
+                    }
+                }
+            }
+        }
+        Layout::Container(at) => {
+            let at = Pointer::from_static(at);
+            let container_ptr = ptr.concat(at);
+            if let Some(c) = out.mapping(object.pointer(at.as_str()), &container_ptr) {
+                let name = c.get("name").and_then(Value::as_str);
+                if let Some(image) = c.get("image").filter(|v| !v.is_null()) {
+                    out.image(Some(image), join(&container_ptr, "image"), Role::Container, name);
+                }
+            }
+        }
         Layout::Runtime => out.runtime_spec(object.get("spec"), &join(ptr, "spec")),
         Layout::InferenceService => out.inference_service(object.get("spec"), &join(ptr, "spec")),
         Layout::EmbeddedRuntimes => embedded_runtimes(object, ptr, walk),

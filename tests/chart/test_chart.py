@@ -156,10 +156,18 @@ def test_namespace_selector_is_overridable_but_exclusions_are_not():
 
 
 def test_switches_add_rules():
-    objects = render({"webhook": {"inferenceServices": True, "workloads": True, "configMaps": True}})
-    resources = {res for r in webhook_configs(objects)[0]["webhooks"][0]["rules"] for res in r["resources"]}
+    switches = {"inferenceServices": True, "workloads": True, "configMaps": True, "llmInferenceServices": True,
+                "clusterStorageContainers": True}
+    objects = render({"webhook": switches})
+    rules = webhook_configs(objects)[0]["webhooks"][0]["rules"]
+    resources = {res for r in rules for res in r["resources"]}
     assert {"inferenceservices", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs",
-            "configmaps"} <= resources
+            "configmaps", "llminferenceservices", "llminferenceserviceconfigs", "clusterstoragecontainers"} <= resources
+    llm = next(r for r in rules if "llminferenceservices" in r["resources"])
+    assert llm["apiVersions"] == ["v1alpha1", "v1alpha2"]
+    # Off by default: the kinds need CRDs most clusters do not have.
+    default = {res for r in webhook_configs(render())[0]["webhooks"][0]["rules"] for res in r["resources"]}
+    assert not default & {"llminferenceservices", "llminferenceserviceconfigs", "clusterstoragecontainers"}
 
 
 # === certificates ===
@@ -386,6 +394,19 @@ def test_audit_is_off_by_default_and_then_calls_nothing():
         assert not find(objects, kind), kind
     assert not any("--audit" in a for a in args(objects))
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_audit_may_list_every_kind_the_binary_reads():
+    # The binary names the kinds it reads when --kinds names one it does not.
+    run = subprocess.run([str(binary()), "audit", "--allowlist", "examples/allowlist.yaml", "--kinds", "none"],
+                         cwd=CHART.parents[1], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2
+    kinds = run.stderr.split("it reads ", 1)[1].strip().split(", ")
+    assert "LLMInferenceService" in kinds
+    listed = {resource for (_, resource), verbs in rules(render({"audit": {"enabled": True}}), "ClusterRole").items()
+              if "list" in verbs}
+    # Every kind's plural is its lower-case name and an s.
+    assert {k.lower() + "s" for k in kinds} <= listed
 
 
 def test_audit_rights_are_read_only_and_grow_only_with_what_it_writes():

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from cluster import ControlPlane, binaries
-from harness import FIXTURES, MODEL_LABEL, PERMISSIVE_CSR_CRD, RELEASE_NAMESPACE, Release
+from harness import FIXTURES, MODEL_LABEL, PERMISSIVE_CRDS, RELEASE_NAMESPACE, Release
 
 
 @pytest.fixture(scope="session")
@@ -18,8 +18,9 @@ def cluster(tmp_path_factory) -> ControlPlane:
         cp.start()
         # The ModelMesh copy of KServe's ServingRuntime CRD installs on 1.20.
         cp.kubectl("apply", "-f", str(FIXTURES / "crds" / "modelmesh-serving_serving.kserve.io_servingruntimes.yaml"))
-        cp.apply(PERMISSIVE_CSR_CRD)
-        for crd in ("servingruntimes.serving.kserve.io", "clusterservingruntimes.serving.kserve.io"):
+        for crd in PERMISSIVE_CRDS:
+            cp.apply(crd)
+        for crd in ["servingruntimes.serving.kserve.io"] + [c["metadata"]["name"] for c in PERMISSIVE_CRDS]:
             cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
         # 1.20 has no kubernetes.io/metadata.name label: label by hand what the
         # chart's exclusion names (the README tells 1.20 users the same).

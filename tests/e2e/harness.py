@@ -46,21 +46,33 @@ def warnings(stderr: str) -> list[str]:
     return [line[len("Warning: "):] for line in stderr.splitlines() if line.startswith("Warning: ")]
 
 
-# A ClusterServingRuntime CRD that accepts any spec: the full KServe CRD does
-# not validate on 1.20 (`default: null`), and ModelMesh ships no
-# ClusterServingRuntime CRD. The group/version/kind is what the webhook sees.
-PERMISSIVE_CSR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "clusterservingruntimes.serving.kserve.io"},
-    "spec": {
-        "group": "serving.kserve.io", "scope": "Cluster",
-        "names": {"kind": "ClusterServingRuntime", "plural": "clusterservingruntimes",
-                  "singular": "clusterservingruntime", "listKind": "ClusterServingRuntimeList"},
-        "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                      "schema": {"openAPIV3Schema": {"type": "object",
-                                                     "x-kubernetes-preserve-unknown-fields": True}}}],
-    },
-}
+def permissive_crd(kind: str, plural: str, scope: str, versions: tuple[str, ...]) -> dict:
+    """A CRD of serving.kserve.io that accepts any spec, its last version
+    stored: KServe's full CRDs do not validate on 1.20 (`default: null`,
+    newer schema features), and the group/version/kind is what the webhook
+    and the audit see."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.serving.kserve.io"},
+        "spec": {
+            "group": "serving.kserve.io", "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [{"name": v, "served": True, "storage": v == versions[-1],
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                                                         "x-kubernetes-preserve-unknown-fields": True}}}
+                         for v in versions],
+        },
+    }
+
+
+# ModelMesh ships no ClusterServingRuntime CRD; the KServe LLM kinds serve
+# v1alpha1 and v1alpha2 and store v1alpha2, as their CRDs do.
+PERMISSIVE_CRDS = [
+    permissive_crd("ClusterServingRuntime", "clusterservingruntimes", "Cluster", ("v1alpha1",)),
+    permissive_crd("LLMInferenceService", "llminferenceservices", "Namespaced", ("v1alpha1", "v1alpha2")),
+    permissive_crd("LLMInferenceServiceConfig", "llminferenceserviceconfigs", "Namespaced", ("v1alpha1", "v1alpha2")),
+    permissive_crd("ClusterStorageContainer", "clusterstoragecontainers", "Cluster", ("v1alpha1",)),
+]
 
 
 def deep_merge(base: dict, extra: dict) -> dict:

@@ -115,6 +115,20 @@ the webhook.
   resources: ["inferenceservices"]
   scope: Namespaced
 {{- end }}
+{{- if .Values.webhook.llmInferenceServices }}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["serving.kserve.io"]
+  apiVersions: ["v1alpha1", "v1alpha2"]
+  resources: ["llminferenceservices", "llminferenceserviceconfigs"]
+  scope: Namespaced
+{{- end }}
+{{- if .Values.webhook.clusterStorageContainers }}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: ["serving.kserve.io"]
+  apiVersions: ["v1alpha1"]
+  resources: ["clusterstoragecontainers"]
+  scope: Cluster
+{{- end }}
 {{- if .Values.webhook.workloads }}
 - operations: ["CREATE", "UPDATE"]
   apiGroups: ["apps"]
