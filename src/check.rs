@@ -394,7 +394,9 @@ impl<'a> FileCheck<'a> {
         self.objects = true;
         for f in found {
             let j = judge::judge(f.object, None, self.policy, self.allowlist);
-            outcome.report.push(report(self.input, doc, &f, &j));
+            outcome
+                .report
+                .push(report(self.input, doc, &f, &j, self.allowlist));
             if self.fix {
                 // What --fix leaves counts against the exit code unless audited.
                 if j.mode != Mode::Audit {
@@ -619,7 +621,13 @@ fn position_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> Positio
     Position { line, column: None }
 }
 
-fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> ObjectReport {
+fn report(
+    input: &Input,
+    doc: &Document,
+    found: &Found<'_>,
+    j: &Judgement,
+    allowlist: &Allowlist,
+) -> ObjectReport {
     let position_of = |i: &ImageJudgement| {
         Some(position_of_site(
             doc,
@@ -631,7 +639,7 @@ fn report(input: &Input, doc: &Document, found: &Found<'_>, j: &Judgement) -> Ob
         document: Some(doc.index),
         item: found.item,
         line: Some(doc.line_of(&found.prefix)),
-        ..ObjectReport::new(input.name.clone(), found.object, j, position_of)
+        ..ObjectReport::new(input.name.clone(), found.object, j, allowlist, position_of)
     }
 }
 

@@ -9,7 +9,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted};
+use std::sync::Arc;
+
+use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted, Provenance};
 use crate::reference::{self, Placeholder, Reference, ReferenceError};
 use crate::text::{self, Cut};
 
@@ -180,6 +182,26 @@ pub enum TargetRule {
     RewriteTo,
     /// The repository's only promoted digest.
     SoleDigest,
+    /// The digest of the newest release of the one operator whose releases
+    /// promote all of the repository's digests (an upgrade in progress).
+    NewestRelease,
+}
+
+/// Who promoted a digest: the source object and the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromotedBy {
+    pub provenance: Arc<Provenance>,
+    pub line: u32,
+}
+
+impl PromotedBy {
+    /// `ClusterServiceVersion rhods-operator.1.21.0 (allowlists/rhods.yaml:41)`
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}:{})",
+            self.provenance.origin, self.provenance.source, self.line
+        )
+    }
 }
 
 /// Why an image cannot be admitted as it is, and what to use instead.
@@ -226,6 +248,8 @@ pub enum Finding {
         to: String,
         trigger: Trigger,
         rule: TargetRule,
+        /// The newest source promoting the target.
+        by: Option<PromotedBy>,
     },
     Deny(Denial),
 }
@@ -360,6 +384,7 @@ impl Policy {
                         digest: digest.to_owned(),
                     },
                     rule,
+                    by: promoted_by(&candidates, p),
                 },
                 None => Finding::Deny(Denial::DigestNotPromoted {
                     digest: digest.to_owned(),
@@ -371,6 +396,7 @@ impl Policy {
                     to: r.pinned(&p.digest),
                     trigger: Trigger::TagOnly { tag: tag.to_owned() },
                     rule: TargetRule::Tag,
+                    by: promoted_by(&candidates, p),
                 },
                 None => Finding::Deny(Denial::UnknownTag {
                     tag: tag.to_owned(),
@@ -390,7 +416,11 @@ fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(&'a Pro
     if let Some(p) = tag.and_then(|t| candidates.digest_for_tag(t)) {
         return Some((p, TargetRule::Tag));
     }
-    let p = candidates.default_target()?;
+    let Some(p) = candidates.default_target() else {
+        return candidates
+            .newest_release()
+            .map(|(p, _)| (p, TargetRule::NewestRelease));
+    };
     let explicit = candidates.promoted().len() > 1;
     Some((
         p,
@@ -402,12 +432,30 @@ fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(&'a Pro
     ))
 }
 
-/// Promoted references for this repository as the user wrote it, tags shown.
+/// The newest source promoting `p`, named in messages.
+fn promoted_by(candidates: &Candidates<'_>, p: &Promoted) -> Option<PromotedBy> {
+    let (provenance, line) = candidates.promotions(&p.digest).into_iter().next()?;
+    Some(PromotedBy {
+        provenance: provenance.clone(),
+        line,
+    })
+}
+
+/// Promoted references for this repository as the user wrote it, tags and
+/// the source promoting each shown: when several are promoted and none can
+/// be chosen, where each comes from tells which is current.
 fn listing(r: &Reference<'_>, candidates: &Candidates<'_>) -> Vec<String> {
+    let several = candidates.promoted().len() > 1;
     candidates
         .promoted()
         .into_iter()
-        .map(|p| describe(r.name(), p))
+        .map(|p| {
+            let mut s = describe(r.name(), p);
+            if several && let Some(by) = promoted_by(candidates, p) {
+                s.push_str(&format!(" from {}", by.describe()));
+            }
+            s
+        })
         .collect()
 }
 
@@ -592,19 +640,35 @@ impl Finding {
                     "'{image}': {repository} is not in the allowlist; allowed because unlisted repositories are allowed"
                 )
             }
-            Self::Rewrite { to, trigger, rule } => {
+            Self::Rewrite {
+                to,
+                trigger,
+                rule,
+                by,
+            } => {
                 let why = match trigger {
                     Trigger::TagOnly { tag } => format!("tag '{tag}' is not pinned by digest"),
                     Trigger::UnpromotedDigest { digest } => {
                         format!("digest {} was never promoted", short_digest(digest))
                     }
                 };
-                let how = match rule {
-                    TargetRule::Tag => "the promoted digest of that tag",
-                    TargetRule::RewriteTo => "the repository's rewriteTo digest",
-                    TargetRule::SoleDigest => "the repository's promoted digest",
+                let release = by.as_ref().and_then(|b| b.provenance.release());
+                let how = match (rule, release) {
+                    (TargetRule::Tag, _) => "the promoted digest of that tag".to_owned(),
+                    (TargetRule::RewriteTo, _) => "the repository's rewriteTo digest".to_owned(),
+                    (TargetRule::SoleDigest, _) => "the repository's promoted digest".to_owned(),
+                    (TargetRule::NewestRelease, Some(release)) => {
+                        format!("the digest of the newest release promoting it, {release}")
+                    }
+                    (TargetRule::NewestRelease, None) => "the newest release's digest".to_owned(),
                 };
-                format!("'{image}': {why}; use '{to}' ({how})")
+                match by {
+                    Some(by) => format!(
+                        "'{image}': {why}; use '{to}' ({how}; promoted by {})",
+                        by.describe()
+                    ),
+                    None => format!("'{image}': {why}; use '{to}' ({how})"),
+                }
             }
             Self::Deny(denial) => denial.explain(image),
         }
@@ -782,7 +846,10 @@ spec:
 
     #[test]
     fn the_incident_digest_is_rewritten_to_the_promoted_one() {
-        let Finding::Rewrite { to, trigger, rule } = find(&format!("{REPO}@{BAD}")) else {
+        let Finding::Rewrite {
+            to, trigger, rule, ..
+        } = find(&format!("{REPO}@{BAD}"))
+        else {
             panic!("expected a rewrite")
         };
         assert_eq!(to, format!("{REPO}@{GOOD}"));
@@ -915,10 +982,11 @@ spec:
         assert!(m.contains("tag 'latest' is not a promoted tag"), "{m}");
         assert!(m.contains(&format!("use {REPO}@{GOOD} (tag v1.21.0-15)")), "{m}");
 
+        // With no order between them, each candidate says where it is from.
         let m = msg(&format!("quay.io/modh/multi@{BAD}"));
         assert!(
             m.contains(&format!(
-                "quay.io/modh/multi@{GOOD} (tag 2.0) or quay.io/modh/multi@{OTHER} (tag 1.0)"
+                "quay.io/modh/multi@{GOOD} (tag 2.0) from Allowlist (test.yaml:11) or quay.io/modh/multi@{OTHER} (tag 1.0) from Allowlist (test.yaml:13)"
             )),
             "{m}"
         );

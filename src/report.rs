@@ -8,9 +8,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::allowlist::Allowlist;
 use crate::judge::{ImageJudgement, Judgement, ObjectVerdict};
 use crate::objects::Role;
-use crate::policy::{Mode, Verdict};
+use crate::policy::{Finding, Mode, Verdict};
+use crate::reference;
 
 /// What is reported for an image (the JSON contract's `images[]`).
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +38,47 @@ pub struct ImageReport {
     /// when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub column: Option<usize>,
+    /// Every source promoting the digest the image is allowed on or
+    /// rewritten to, newest release first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub promotions: Vec<PromotionReport>,
+}
+
+/// One source promoting a digest (the JSON contract's `promotions[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromotionReport {
+    /// The allowlist file (a mounted ConfigMap's key).
+    pub source: String,
+    pub line: u32,
+    /// `ClusterServiceVersion rhods-operator.1.21.0`, `plain list`, ...
+    pub origin: String,
+    /// The operator release, when the source is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// The sources promoting the digest `image` names, in `allowlist`.
+fn promotions(allowlist: &Allowlist, image: &str) -> Vec<PromotionReport> {
+    let Ok(r) = reference::parse(image) else {
+        return Vec::new();
+    };
+    let (Some(digest), Some(repository)) = (
+        r.digest(),
+        r.canonical_repository(allowlist.short_name_registry()),
+    ) else {
+        return Vec::new();
+    };
+    allowlist
+        .candidates(&repository)
+        .promotions(digest)
+        .into_iter()
+        .map(|(p, line)| PromotionReport {
+            source: p.source.to_string(),
+            line,
+            origin: p.origin.clone(),
+            version: p.version.as_ref().map(ToString::to_string),
+        })
+        .collect()
 }
 
 /// Where an image stands in a file.
@@ -138,13 +181,14 @@ impl ObjectReport {
         source: String,
         object: &Value,
         j: &Judgement,
+        allowlist: &Allowlist,
         position_of: impl Fn(&ImageJudgement) -> Option<Position>,
     ) -> ObjectReport {
         let text = |p: &str| object.pointer(p).and_then(Value::as_str).map(str::to_owned);
         let images = j
             .images
             .iter()
-            .map(|i| image_report(object, j.mode, i, position_of(i)))
+            .map(|i| image_report(object, j.mode, i, position_of(i), allowlist))
             .collect();
         ObjectReport {
             source,
@@ -177,7 +221,13 @@ impl ObjectReport {
     }
 }
 
-fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, position: Option<Position>) -> ImageReport {
+fn image_report(
+    object: &Value,
+    mode: Mode,
+    i: &ImageJudgement,
+    position: Option<Position>,
+    allowlist: &Allowlist,
+) -> ImageReport {
     let would_be = (mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
     let (container, volume) = match i.site.role {
         Role::Volume => (None, i.site.name.clone()),
@@ -185,7 +235,12 @@ fn image_report(object: &Value, mode: Mode, i: &ImageJudgement, position: Option
         _ => (i.site.name.clone(), None),
     };
     let path = i.site.path().into_owned();
+    let promoted = i.decision.rewrite_to().or(match i.decision.finding {
+        Finding::Promoted => i.site.image.as_deref().ok(),
+        _ => None,
+    });
     ImageReport {
+        promotions: promoted.map(|p| promotions(allowlist, p)).unwrap_or_default(),
         image: match &i.site.image {
             Ok(s) => Value::String(s.clone()),
             Err(_) => object.pointer(&path).cloned().unwrap_or(Value::Null),
@@ -387,13 +442,9 @@ mod tests {
         let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "models"},
             "spec": {"containers": [{"name": "ovms", "image": format!("{REPO}@{BAD}")}]}});
-        let j = crate::judge::judge(
-            &pod,
-            None,
-            &crate::policy::Policy::default(),
-            &incident_allowlist(),
-        );
-        let mut object = ObjectReport::new("cluster:e2e".into(), &pod, &j, |_| None);
+        let list = incident_allowlist();
+        let j = crate::judge::judge(&pod, None, &crate::policy::Policy::default(), &list);
+        let mut object = ObjectReport::new("cluster:e2e".into(), &pod, &j, &list, |_| None);
         object.owners = vec![
             Owner {
                 kind: "ReplicaSet".into(),

@@ -11,7 +11,7 @@ use saphyr_parser::Span;
 use serde_json::Value;
 
 use super::native::{self, Refused, Sink};
-use super::{Allowlist, Builder, Origin};
+use super::{Allowlist, Builder, Origin, Provenance};
 use crate::reference;
 use crate::yaml::de::{Cause, Head, Reader};
 use crate::yaml::{self, Document, YamlError};
@@ -284,10 +284,11 @@ impl Ctx<'_> {
         }
     }
 
-    fn origin(&self, pointer: &str) -> Origin {
+    fn origin(&self, pointer: &str, provenance: u32) -> Origin {
         Origin {
             file: self.shared.clone(),
             line: self.doc.line_of(pointer),
+            provenance,
         }
     }
 }
@@ -444,6 +445,10 @@ impl Loader {
         reader: &mut Reader<'_>,
         base: String,
     ) -> Result<Option<(Format, usize)>, YamlError> {
+        // Named "Allowlist <name>" once its metadata is read.
+        let provenance = self
+            .builder
+            .provenance(Provenance::of(shared.clone(), "Allowlist".to_owned()));
         let mut sink = Sink {
             builder: &mut self.builder,
             errors: &mut self.errors,
@@ -451,6 +456,7 @@ impl Loader {
             shared: shared.clone(),
             base,
             entries: 0,
+            provenance,
         };
         match native::read(reader, &mut sink) {
             Ok(()) => Ok(Some((Format::Native, sink.entries))),
@@ -549,12 +555,23 @@ impl Loader {
     /// `spec.relatedImages[].image` and the `RELATED_IMAGE_*` env values of
     /// the operator's deployments.
     fn csv(&mut self, ctx: &Ctx<'_>, csv: &Value, ptr: &str) -> usize {
+        let text = |p: &str| csv.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
+        let name = text("/metadata/name");
+        let version =
+            text("/spec/version").and_then(|v| semver::Version::parse(v.trim_start_matches('v')).ok());
+        let provenance = self.builder.provenance(Provenance {
+            source: ctx.shared.clone(),
+            origin: format!("ClusterServiceVersion {}", name.unwrap_or("(unnamed)")),
+            package: name.and_then(|n| package_of(n, version.as_ref())),
+            version,
+            replaces: text("/spec/replaces").map(str::to_owned),
+        });
         let mut entries = 0;
         if let Some(Value::Array(related)) = csv.pointer("/spec/relatedImages") {
             for (i, item) in related.iter().enumerate() {
                 let p = format!("{ptr}/spec/relatedImages/{i}/image");
                 if let Some(image) = self.string(ctx, item.get("image"), &p) {
-                    entries += self.promote_image(ctx, image, &p);
+                    entries += self.promote_image(ctx, image, &p, provenance);
                 }
             }
         }
@@ -582,7 +599,7 @@ impl Loader {
                                 "{ptr}/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
                             );
                             if let Some(image) = self.string(ctx, var.get("value"), &p) {
-                                entries += self.promote_image(ctx, image, &p);
+                                entries += self.promote_image(ctx, image, &p, provenance);
                             }
                         }
                     }
@@ -594,12 +611,20 @@ impl Loader {
 
     /// `mirror.additionalImages[].name`.
     fn image_set(&mut self, ctx: &Ctx<'_>, isc: &Value, ptr: &str) -> usize {
+        let name = isc.pointer("/metadata/name").and_then(Value::as_str);
+        let origin = match name {
+            Some(n) => format!("ImageSetConfiguration {n}"),
+            None => "ImageSetConfiguration".to_owned(),
+        };
+        let provenance = self
+            .builder
+            .provenance(Provenance::of(ctx.shared.clone(), origin));
         let mut entries = 0;
         if let Some(Value::Array(images)) = isc.pointer("/mirror/additionalImages") {
             for (i, item) in images.iter().enumerate() {
                 let p = format!("{ptr}/mirror/additionalImages/{i}/name");
                 if let Some(image) = self.string(ctx, item.get("name"), &p) {
-                    entries += self.promote_image(ctx, image, &p);
+                    entries += self.promote_image(ctx, image, &p, provenance);
                 }
             }
         }
@@ -608,6 +633,9 @@ impl Loader {
 
     fn plain_list(&mut self, file: &str, text: &str) -> usize {
         let shared: Arc<str> = file.into();
+        let provenance = self
+            .builder
+            .provenance(Provenance::of(shared.clone(), "plain list".to_owned()));
         let mut entries = 0;
         for (n, line) in text.lines().enumerate() {
             let content = match line.find('#') {
@@ -627,6 +655,7 @@ impl Loader {
             let origin = Origin {
                 file: shared.clone(),
                 line: n + 1,
+                provenance,
             };
             match promotable(content) {
                 Ok((repo, digest, tag)) => {
@@ -645,11 +674,14 @@ impl Loader {
     /// Promotes an image listed by a CSV or ImageSetConfiguration. Those also
     /// list images pinned only by tag, which cannot be promoted: skip them
     /// with a warning rather than refuse the operator's whole list.
-    fn promote_image(&mut self, ctx: &Ctx<'_>, image: &str, ptr: &str) -> usize {
+    fn promote_image(&mut self, ctx: &Ctx<'_>, image: &str, ptr: &str, provenance: u32) -> usize {
         match promotable(image) {
             Ok((repo, digest, tag)) => {
                 let tags: Vec<&str> = tag.into_iter().collect();
-                match self.builder.promote(&repo, digest, &tags, &ctx.origin(ptr)) {
+                match self
+                    .builder
+                    .promote(&repo, digest, &tags, &ctx.origin(ptr, provenance))
+                {
                     Ok(()) => 1,
                     Err(c) => {
                         self.errors.push(ctx.error(ptr, c.to_string()));
@@ -667,6 +699,17 @@ impl Loader {
             }
         }
     }
+}
+
+/// The operator a CSV named `name` is a release of: the name without its
+/// version suffix (`rhods-operator.1.21.0`, `opendatahub-operator.v2.8.0`).
+fn package_of(name: &str, version: Option<&semver::Version>) -> Option<String> {
+    let version = version?.to_string();
+    let package = name
+        .strip_suffix(&version)?
+        .strip_suffix(".v")
+        .or_else(|| name.strip_suffix(&version)?.strip_suffix('.'))?;
+    (!package.is_empty()).then(|| package.to_owned())
 }
 
 fn unsupported_api(api: &str) -> String {

@@ -26,11 +26,56 @@ pub use load::{
     load_text, read_sources, source_files,
 };
 
-/// Where an entry came from, for conflict messages.
+/// Where an entry came from, for conflict messages and provenance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     pub file: Arc<str>,
     pub line: usize,
+    /// The source object it was read from ([`Builder::provenance`]).
+    pub provenance: u32,
+}
+
+/// The object promoted digests were read from. Each is kept once, however
+/// many digests it promotes: digests refer to it by index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    /// The file read (for a mounted ConfigMap, its key).
+    pub source: Arc<str>,
+    /// What promoted them: `ClusterServiceVersion rhods-operator.1.21.0`,
+    /// `ImageSetConfiguration name`, `Allowlist name`, `plain list`.
+    pub origin: String,
+    /// The operator release (a CSV's `spec.version`), when known.
+    pub version: Option<semver::Version>,
+    /// The operator a CSV is a release of: its name before the version, the
+    /// same in every release of one package.
+    pub package: Option<String>,
+    /// The CSV this one replaces (`spec.replaces`).
+    pub replaces: Option<String>,
+}
+
+impl Provenance {
+    /// A source object that is not an operator release.
+    pub fn of(source: Arc<str>, origin: String) -> Self {
+        Self {
+            source,
+            origin,
+            version: None,
+            package: None,
+            replaces: None,
+        }
+    }
+
+    /// `rhods-operator 1.21.0`: the release, as short messages name it.
+    pub fn release(&self) -> Option<String> {
+        Some(format!("{} {}", self.package.as_deref()?, self.version.as_ref()?))
+    }
+}
+
+/// One source promoting one digest: which object, and the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Promotion {
+    pub provenance: u32,
+    pub line: u32,
 }
 
 impl fmt::Display for Origin {
@@ -46,6 +91,8 @@ pub struct Promoted {
     pub digest: Box<str>,
     /// Tags this digest was published under.
     pub tags: Vec<Box<str>>,
+    /// Every source that promotes it, in load order.
+    pub promotions: Vec<Promotion>,
 }
 
 /// A repository's promoted digests.
@@ -104,6 +151,7 @@ impl Repository {
         self.digests.push(Promoted {
             digest: digest.into(),
             tags: Vec::new(),
+            promotions: Vec::new(),
         });
         if let Some(ix) = &mut self.index {
             ix.by_digest.insert(digest.into(), i);
@@ -162,6 +210,8 @@ pub struct Allowlist {
     mirror_rules: Vec<MirrorRule>,
     exemptions: Vec<Exemption>,
     short_name_registry: Option<String>,
+    /// The source objects digests were promoted by, by index.
+    provenances: Vec<Arc<Provenance>>,
     /// (hash of the last path component, loosely compared, index into
     /// `order`), sorted: the "did you mean" index, twelve bytes an entry.
     basenames: Vec<(u64, u32)>,
@@ -192,6 +242,7 @@ fn basename_hash(name: &str) -> u64 {
 pub struct Candidates<'a> {
     direct: Option<&'a Repository>,
     mirrored: Vec<&'a Repository>,
+    provenances: &'a [Arc<Provenance>],
 }
 
 impl<'a> Candidates<'a> {
@@ -226,6 +277,75 @@ impl<'a> Candidates<'a> {
         all.all(|p| p.digest == first.digest).then_some(first)
     }
 
+    /// Every source promoting `digest` (across the repository and the ones
+    /// it mirrors), newest release first, then in load order.
+    pub fn promotions(&self, digest: &str) -> Vec<(&'a Arc<Provenance>, u32)> {
+        let mut out: Vec<(&Arc<Provenance>, u32)> = Vec::new();
+        let digests = self
+            .entries()
+            .flat_map(|r| r.digests.iter())
+            .filter(|p| &*p.digest == digest);
+        for p in digests {
+            for promotion in &p.promotions {
+                let Some(provenance) = self.provenances.get(promotion.provenance as usize) else {
+                    continue;
+                };
+                if !out
+                    .iter()
+                    .any(|(q, l)| Arc::ptr_eq(q, provenance) && *l == promotion.line)
+                {
+                    out.push((provenance, promotion.line));
+                }
+            }
+        }
+        // Stable: sources without a release keep their load order, after
+        // the releases.
+        out.sort_by(|a, b| b.0.version.cmp(&a.0.version));
+        out
+    }
+
+    /// The newest operator release of one package among the candidates'
+    /// sources, when every promoted digest comes from a release of that
+    /// package and the newest release promotes exactly one of them: during
+    /// an operator upgrade both CSVs are loaded, and the new one is current.
+    pub fn newest_release(&self) -> Option<(&'a Promoted, &'a Arc<Provenance>)> {
+        let digests = self.promoted();
+        let mut package: Option<&str> = None;
+        let mut best: Option<(&Promoted, &Arc<Provenance>)> = None;
+        let mut tied = false;
+        for p in &digests {
+            let mut newest: Option<&Arc<Provenance>> = None;
+            for promotion in &p.promotions {
+                let Some(provenance) = self.provenances.get(promotion.provenance as usize) else {
+                    continue;
+                };
+                let (Some(pkg), Some(version)) = (provenance.package.as_deref(), &provenance.version) else {
+                    continue;
+                };
+                if *package.get_or_insert(pkg) != pkg {
+                    return None;
+                }
+                if newest.is_none_or(|n| n.version.as_ref().is_some_and(|v| version > v)) {
+                    newest = Some(provenance);
+                }
+            }
+            // A digest no release of the package promotes: no order.
+            let newest = newest?;
+            match best {
+                Some((_, b)) if b.version == newest.version => tied = true,
+                Some((_, b)) if b.version > newest.version => {}
+                _ => {
+                    best = Some((p, newest));
+                    tied = false;
+                }
+            }
+        }
+        if tied || digests.len() < 2 {
+            return None;
+        }
+        best
+    }
+
     /// Every promoted digest, first-listed first, without duplicates.
     pub fn promoted(&self) -> Vec<&'a Promoted> {
         let mut out: Vec<&Promoted> = Vec::new();
@@ -246,6 +366,7 @@ impl Allowlist {
         let mut c = Candidates {
             direct: self.repos.get(repository),
             mirrored: Vec::new(),
+            provenances: &self.provenances,
         };
         if self.mirrors.is_empty() {
             return c;
@@ -325,6 +446,16 @@ impl Allowlist {
         self.repos.len()
     }
 
+    /// The source object of index `id`.
+    pub fn provenance(&self, id: u32) -> Option<&Arc<Provenance>> {
+        self.provenances.get(id as usize)
+    }
+
+    /// Every source object, by index.
+    pub fn provenances(&self) -> &[Arc<Provenance>] {
+        &self.provenances
+    }
+
     /// Number of promoted (repository, digest) pairs.
     pub fn digest_count(&self) -> usize {
         self.repos.values().map(|r| r.digests.len()).sum()
@@ -371,6 +502,22 @@ pub enum Conflict {
 // === impl Builder ===
 
 impl Builder {
+    /// Registers a source object; the entries read from it name it by the
+    /// index returned, in their [`Origin`].
+    pub fn provenance(&mut self, provenance: Provenance) -> u32 {
+        let list = &mut self.list.provenances;
+        list.push(Arc::new(provenance));
+        u32::try_from(list.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    /// Names a source object once its name is read (a native document's
+    /// `metadata` may follow its `spec`).
+    pub fn name_provenance(&mut self, id: u32, origin: String) {
+        if let Some(p) = self.list.provenances.get_mut(id as usize) {
+            Arc::make_mut(p).origin = origin;
+        }
+    }
+
     /// Promotes `digest` of the canonical `repository`, known by `tags`.
     pub fn promote(
         &mut self,
@@ -389,6 +536,14 @@ impl Builder {
             Some(i) => i,
             None => repo.push_digest(digest),
         };
+        let promotion = Promotion {
+            provenance: origin.provenance,
+            line: u32::try_from(origin.line).unwrap_or(u32::MAX),
+        };
+        let promotions = &mut repo.digests[index].promotions;
+        if !promotions.contains(&promotion) {
+            promotions.push(promotion);
+        }
         for &tag in tags {
             match repo.find_tag(tag) {
                 Some(i) if i == index => {}
@@ -525,6 +680,7 @@ mod tests {
 
     fn origin(line: usize) -> Origin {
         Origin {
+            provenance: 0,
             file: "a.yaml".into(),
             line,
         }
@@ -625,5 +781,63 @@ mod tests {
         assert_eq!(list.similar("ovms-1"), ["quay.io/opendatahub/ovms-1"]);
         assert_eq!(list.similar("OVMS_1"), ["quay.io/opendatahub/ovms-1"]);
         assert!(list.similar("ovms").is_empty());
+    }
+
+    fn release(b: &mut Builder, package: &str, version: &str) -> Origin {
+        let provenance = b.provenance(Provenance {
+            package: Some(package.into()),
+            version: Some(semver::Version::parse(version).unwrap()),
+            ..Provenance::of(
+                "csv.yaml".into(),
+                format!("ClusterServiceVersion {package}.{version}"),
+            )
+        });
+        Origin {
+            provenance,
+            ..origin(1)
+        }
+    }
+
+    #[test]
+    fn the_newest_release_of_one_operator_is_the_target() {
+        let mut b = Builder::default();
+        let old = release(&mut b, "op", "1.9.0");
+        let new = release(&mut b, "op", "1.10.0");
+        b.promote("quay.io/x/y", &d('a'), &[], &old).unwrap();
+        b.promote("quay.io/x/y", &d('b'), &[], &new).unwrap();
+        let list = b.build();
+        let c = list.candidates("quay.io/x/y");
+        // Versions compare as semver: 1.10.0 is newer than 1.9.0.
+        let (p, by) = c.newest_release().unwrap();
+        assert_eq!(
+            (&*p.digest, by.release().as_deref()),
+            (d('b').as_str(), Some("op 1.10.0"))
+        );
+        assert_eq!(
+            c.promotions(&d('b'))[0].0.origin,
+            "ClusterServiceVersion op.1.10.0"
+        );
+    }
+
+    #[rstest::rstest]
+    #[case::another_operator(("op", "1.0.0"), Some(("other", "2.0.0")))]
+    #[case::one_release_promotes_both(("op", "1.0.0"), Some(("op", "1.0.0")))]
+    #[case::a_source_without_releases(("op", "1.0.0"), None)]
+    fn without_an_order_there_is_no_newest(
+        #[case] first: (&str, &str),
+        #[case] second: Option<(&str, &str)>,
+    ) {
+        let mut b = Builder::default();
+        let one = release(&mut b, first.0, first.1);
+        b.promote("quay.io/x/y", &d('a'), &[], &one).unwrap();
+        let two = match second {
+            Some((p, v)) => release(&mut b, p, v),
+            None => Origin {
+                provenance: b.provenance(Provenance::of("list.txt".into(), "plain list".into())),
+                ..origin(2)
+            },
+        };
+        b.promote("quay.io/x/y", &d('b'), &[], &two).unwrap();
+        assert!(b.build().candidates("quay.io/x/y").newest_release().is_none());
     }
 }

@@ -81,6 +81,12 @@ struct MirrorEntry {
     mirrors: Option<Located<Vec<Located<String>>>>,
 }
 
+/// The part of `metadata` provenance names.
+#[derive(Deserialize)]
+struct Metadata {
+    name: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "camelCase")]
 enum DocumentField {
@@ -110,6 +116,8 @@ pub(super) struct Sink<'l> {
     pub base: String,
     /// Promoted images read.
     pub entries: usize,
+    /// The document's provenance, named when its `metadata` is read.
+    pub provenance: u32,
 }
 
 /// A structural error: where it is, and what.
@@ -170,8 +178,16 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
         let mut spec_seen = false;
         while let Some(field) = map.next_key::<DocumentField>()? {
             match field {
-                DocumentField::ApiVersion | DocumentField::Kind | DocumentField::Metadata => {
+                DocumentField::ApiVersion | DocumentField::Kind => {
                     map.next_value::<IgnoredAny>()?;
+                }
+                DocumentField::Metadata => {
+                    let metadata = map.next_value::<Metadata>()?;
+                    if let Some(name) = metadata.name {
+                        let sink = &mut *self.0;
+                        sink.builder
+                            .name_provenance(sink.provenance, format!("Allowlist {name}"));
+                    }
                 }
                 DocumentField::Spec if spec_seen => return Err(de::Error::duplicate_field("spec")),
                 DocumentField::Spec => {
@@ -309,6 +325,7 @@ impl Sink<'_> {
         Origin {
             file: self.shared.clone(),
             line,
+            provenance: self.provenance,
         }
     }
 

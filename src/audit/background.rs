@@ -300,10 +300,11 @@ mod tests {
         ] {
             let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "m"},
                              "spec": {"containers": [{"name": "c", "image": image}]}});
-            let j = crate::judge::judge(&pod, None, &Default::default(), &incident_allowlist());
+            let list = incident_allowlist();
+            let j = crate::judge::judge(&pod, None, &Default::default(), &list);
             audit
                 .report
-                .push(ObjectReport::new("cluster:x".into(), &pod, &j, |_| None));
+                .push(ObjectReport::new("cluster:x".into(), &pod, &j, &list, |_| None));
         }
         let counts = findings(&audit);
         assert!(counts.contains(&("Pod", "rewrite", 1)), "{counts:?}");

@@ -166,7 +166,9 @@ pub async fn run(
                 controllers.push(owners::controller_uid(&object));
                 audit
                     .report
-                    .push(ObjectReport::new(source.clone(), &object, &j, |_| None));
+                    .push(ObjectReport::new(source.clone(), &object, &j, allowlist, |_| {
+                        None
+                    }));
             });
             match judged.await {
                 Ok(()) => {}

@@ -651,8 +651,9 @@ mod tests {
             "metadata": {"name": "p", "namespace": "models", "uid": "u-1"},
             "spec": {"containers": [{"name": "ovms", "image": format!("{REPO}@{BAD}")},
                                     {"name": "sidecar", "image": format!("{REPO}@{BAD}")}]}});
-        let j = crate::judge::judge(&pod, None, policy, &incident_allowlist());
-        ObjectReport::new("cluster:e2e".into(), &pod, &j, |_| None)
+        let list = incident_allowlist();
+        let j = crate::judge::judge(&pod, None, policy, &list);
+        ObjectReport::new("cluster:e2e".into(), &pod, &j, &list, |_| None)
     }
 
     #[test]
