@@ -177,6 +177,9 @@ pub struct Answer {
     pub images: Vec<(Outcome, Reason)>,
     /// The denial message, when denied.
     pub message: Option<String>,
+    /// Who promoted the digests images are rewritten to (or would be, in
+    /// audit mode): what the decision log names.
+    pub promoted_by: Vec<String>,
 }
 
 /// Decodes a review, judges it, and encodes the answer.
@@ -229,6 +232,7 @@ struct Response {
     warnings: Vec<String>,
     audit: BTreeMap<String, String>,
     images: Vec<(Outcome, Reason)>,
+    promoted_by: Vec<String>,
 }
 
 impl Response {
@@ -241,6 +245,7 @@ impl Response {
             warnings: Vec::new(),
             audit: BTreeMap::new(),
             images: Vec::new(),
+            promoted_by: Vec::new(),
         }
     }
 
@@ -348,6 +353,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Respons
         ),
     };
     out.images = j.images.iter().map(|i| (i.outcome(), i.reason())).collect();
+    out.promoted_by = j.promoted_by();
     out
 }
 
@@ -379,7 +385,7 @@ fn audit(j: &Judgement) -> Response {
 
 /// The judgement's warnings, the last summarising what does not fit.
 fn warnings(j: &Judgement) -> Vec<String> {
-    let warnings: Vec<String> = j.images.iter().filter_map(ImageJudgement::warning).collect();
+    let warnings = j.warnings();
     if warnings.len() <= MAX_WARNINGS {
         return warnings;
     }
@@ -437,6 +443,7 @@ fn encode(request: &RequestIn, response: Response) -> Answer {
         operation: request.operation.clone(),
         dry_run: request.dry_run.unwrap_or(false),
         images: response.images,
+        promoted_by: response.promoted_by,
         message,
     }
 }
@@ -511,9 +518,7 @@ mod tests {
             .collect();
         assert_eq!(
             warnings,
-            [
-                "digest-gate: container \"ovms\": sha256:7ef272bc7be8 was never promoted; rewritten to promoted sha256:8af20e48bb48"
-            ]
+            ["digest-gate: \"ovms\": sha256:7ef272bc7be8 never promoted; rewritten to sha256:8af20e48bb48"]
         );
         assert!(warnings.iter().all(|w| w.chars().count() <= MAX_WARNING_LEN));
         assert!(
@@ -589,11 +594,11 @@ mod tests {
         assert!(r.get("patch").is_none());
         assert_eq!(
             r["warnings"][0],
-            "digest-gate audit: container \"a\" would be rewritten to promoted sha256:8af20e48bb48"
+            "digest-gate audit: \"a\" would be rewritten to sha256:8af20e48bb48"
         );
         assert_eq!(
             r["warnings"][1],
-            "digest-gate audit: container \"b\" would be denied: no registry domain"
+            "digest-gate audit: \"b\" would be denied: no registry domain"
         );
         assert!(
             r["auditAnnotations"]["would-deny"]
@@ -838,7 +843,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             record,
-            json!({"/spec/containers/1/image": {"from": format!("{REPO}:v1.21.0-15"), "to": format!("{REPO}:v1.21.0-15@{GOOD}")}})
+            json!({"/spec/containers/1/image": {"from": format!("{REPO}:v1.21.0-15"), "to": format!("{REPO}:v1.21.0-15@{GOOD}"), "promotedBy": "plain list (l.txt:1)"}})
         );
         json_patch::patch(&mut object, &decode(&second)).unwrap();
         let history: Value = serde_json::from_str(

@@ -9,7 +9,7 @@
 //! every rewrite target is a promoted digest.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use json_patch::jsonptr::{Pointer, PointerBuf};
@@ -18,8 +18,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::allowlist::Allowlist;
-use crate::objects::{self, Embedded, Site, Walk};
-use crate::policy::{Decision, Denial, Finding, Mode, Policy, Reason, Trigger, Verdict, short_digest};
+use crate::objects::{self, Embedded, Role, Site, Walk};
+use crate::policy::{
+    Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason, Trigger, Verdict, short_digest,
+};
+use crate::reference;
 use crate::text::{self, Cut};
 use crate::yaml::{self, Edit, Offsets};
 
@@ -143,45 +146,85 @@ impl ImageJudgement {
         self.decision.would_be()
     }
 
+    /// Who promoted the digest this image is rewritten to.
+    pub fn promoted_by(&self) -> Option<&PromotedBy> {
+        match &self.decision.finding {
+            Finding::Rewrite { by, .. } => by.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// How a warning names the image: `"ovms"` for a container (behind
+    /// the part or Template object it is in), the site's description
+    /// otherwise.
+    fn short_label(&self) -> String {
+        match (self.site.role, &self.site.name) {
+            (Role::Container, Some(name)) => match &self.site.within {
+                Some(within) => format!("{within}: \"{name}\""),
+                None => format!("\"{name}\""),
+            },
+            _ => self.site.describe(),
+        }
+    }
+
     /// The one-line warning for `kubectl` (at most [`MAX_WARNING_LEN`]
-    /// characters): for a rewrite, and in audit mode for what would happen.
-    pub fn warning(&self) -> Option<String> {
-        let what = self.site.describe();
+    /// characters) under `label`: for a rewrite, and in audit mode for what
+    /// would happen. A rewrite names the release that promoted its target
+    /// when one did; the release is what is shortened first to fit.
+    fn warning(&self, label: &str) -> Option<String> {
+        let release = self
+            .promoted_by()
+            .and_then(|b| b.provenance.release())
+            .unwrap_or_default();
         let text = match (self.decision.verdict, self.decision.mode, &self.decision.finding) {
-            (Verdict::Rewrite, _, finding @ Finding::Rewrite { to, .. }) => {
+            (Verdict::Rewrite, _, Finding::Rewrite { to, trigger, .. }) => {
                 let target = short_target(to);
-                match finding {
-                    Finding::Rewrite {
-                        trigger: Trigger::TagOnly { tag },
-                        ..
-                    } => format!("digest-gate: {what}: tag {tag} pinned to {target}"),
-                    Finding::Rewrite {
-                        trigger: Trigger::UnpromotedDigest { digest },
-                        ..
-                    } => format!(
-                        "digest-gate: {what}: {} was never promoted; rewritten to {target}",
+                match trigger {
+                    Trigger::TagOnly { tag } => format!("digest-gate: {label}: tag {tag} pinned to {target}"),
+                    Trigger::UnpromotedDigest { digest } => format!(
+                        "digest-gate: {label}: {} never promoted; rewritten to {target}",
                         short_digest(digest)
                     ),
-                    _ => format!("digest-gate: {what}: rewritten to {target}"),
                 }
             }
             (_, Mode::Audit, Finding::Rewrite { to, .. }) => format!(
-                "digest-gate audit: {what} would be rewritten to {}",
+                "digest-gate audit: {label} would be rewritten to {}",
                 short_target(to)
             ),
             (_, Mode::Audit, Finding::Deny(d)) => {
-                format!("digest-gate audit: {what} would be denied: {}", d.short())
+                return Some(fit(format!(
+                    "digest-gate audit: {label} would be denied: {}",
+                    d.short()
+                )));
             }
             _ => return None,
         };
-        Some(fit(text))
+        Some(fit(with_release(text, &release)))
     }
 }
 
-/// `…@sha256:8af20e48bb48`: the digest is what changed.
+/// `text (release)`, the release cut short (or left out) to keep the whole
+/// within [`MAX_WARNING_LEN`] characters.
+fn with_release(text: String, release: &str) -> String {
+    if release.is_empty() {
+        return text;
+    }
+    let room = MAX_WARNING_LEN.saturating_sub(text.chars().count() + 3);
+    if release.chars().count() <= room {
+        return format!("{text} ({release})");
+    }
+    // Worth showing only while the package's name still reads.
+    if room < 8 {
+        return text;
+    }
+    let cut: String = release.chars().take(room - 1).collect();
+    format!("{text} ({cut}…)")
+}
+
+/// `sha256:8af20e48bb48`: the digest is what changed.
 fn short_target(to: &str) -> String {
     match to.rsplit_once('@') {
-        Some((_, digest)) => format!("promoted {}", short_digest(digest)),
+        Some((_, digest)) => short_digest(digest).to_owned(),
         None => to.to_owned(),
     }
 }
@@ -389,6 +432,44 @@ fn cannot_rewrite(image: &mut ImageJudgement, to: String, why: String) {
 // === impl Judgement ===
 
 impl Judgement {
+    /// The warnings for `kubectl`, one per image that has one. Images whose
+    /// labels read alike (the same container name in two runtimes of one
+    /// ConfigMap) are told apart by their repository.
+    pub fn warnings(&self) -> Vec<String> {
+        let labels: Vec<String> = self.images.iter().map(ImageJudgement::short_label).collect();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for label in &labels {
+            *seen.entry(label.as_str()).or_default() += 1;
+        }
+        self.images
+            .iter()
+            .zip(&labels)
+            .filter_map(|(i, label)| {
+                if seen[label.as_str()] > 1 {
+                    let image = i.image();
+                    let name = reference::parse(image).map_or(image, |r| r.name());
+                    let basename = name.rsplit('/').next().unwrap_or(name);
+                    i.warning(&format!("{label} ({basename})"))
+                } else {
+                    i.warning(label)
+                }
+            })
+            .collect()
+    }
+
+    /// Who promoted the digests the images are rewritten to, each once:
+    /// what the decision log names.
+    pub fn promoted_by(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for by in self.images.iter().filter_map(ImageJudgement::promoted_by) {
+            let described = by.describe();
+            if !out.contains(&described) {
+                out.push(described);
+            }
+        }
+        out
+    }
+
     /// Images the admission rewrites.
     pub fn rewrites(&self) -> impl Iterator<Item = &ImageJudgement> {
         self.images
@@ -452,10 +533,12 @@ impl Judgement {
         let this: Map<String, Value> = self
             .rewrites()
             .map(|i| {
-                (
-                    i.site.path().into_owned(),
-                    serde_json::json!({"from": i.image(), "to": i.fix.as_deref().unwrap_or_default()}),
-                )
+                let mut entry =
+                    serde_json::json!({"from": i.image(), "to": i.fix.as_deref().unwrap_or_default()});
+                if let Some(by) = i.promoted_by() {
+                    entry["promotedBy"] = Value::String(by.describe());
+                }
+                (i.site.path().into_owned(), entry)
             })
             .collect();
         let record = serde_json::to_string(&this).expect("records serialise");
@@ -552,6 +635,66 @@ mod tests {
         crate::testing::incident_allowlist()
     }
 
+    /// rhods-operator 1.21.0's CSV as the allowlist.
+    fn operator_allowlist() -> Allowlist {
+        let csv = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/allowlists/rhods-operator.csv.yaml");
+        crate::allowlist::load_paths(&[csv]).unwrap().allowlist
+    }
+
+    fn pod_warnings(containers: Value) -> Vec<String> {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": containers}});
+        judge(&pod, None, &Policy::default(), &operator_allowlist()).warnings()
+    }
+
+    #[test]
+    fn warnings_name_the_release_within_the_budget() {
+        let w = pod_warnings(json!([{"name": "ovms", "image": format!("{REPO}@{BAD}")}]));
+        assert_eq!(
+            w,
+            [
+                "digest-gate: \"ovms\": sha256:7ef272bc7be8 never promoted; rewritten to sha256:8af20e48bb48 (rhods-operator 1.21.0)"
+            ]
+        );
+        assert_eq!(w[0].chars().count(), 113);
+        // A longer name: the release is shortened first, the rest kept.
+        let w = pod_warnings(json!([{"name": "ovms-runtime-0", "image": format!("{REPO}@{BAD}")}]));
+        assert!(
+            w[0].ends_with("rewritten to sha256:8af20e48bb48 (rhods-operator 1.…)"),
+            "{}",
+            w[0]
+        );
+        assert_eq!(w[0].chars().count(), MAX_WARNING_LEN);
+        // With no room for it, the release is left out.
+        let long = "c".repeat(32);
+        let w = pod_warnings(json!([{"name": long, "image": format!("{REPO}@{BAD}")}]));
+        assert!(w[0].ends_with("rewritten to sha256:8af20e48bb48"), "{}", w[0]);
+    }
+
+    #[test]
+    fn warnings_that_would_read_alike_name_the_repository() {
+        // One ConfigMap, two runtimes, a container "ovms" in each.
+        let runtime = |name: &str, image: &str| {
+            format!(
+                "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - {{name: ovms, image: '{image}'}}\n"
+            )
+        };
+        let data = format!(
+            "{}---\n{}",
+            runtime("a", &format!("{REPO}@{BAD}")),
+            runtime("b", &format!("{REPO}:v1.21.0-15"))
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "servingruntimes-config"},
+            "data": {"default-config": data}});
+        let w = judge(&cm, None, &Policy::default(), &operator_allowlist()).warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w.iter()
+                .all(|w| w.starts_with("digest-gate: \"ovms\" (odh-openvino-servingruntime-rhel8): ")),
+            "{w:?}"
+        );
+    }
+
     fn apply(object: &Value, ops: &[PatchOperation]) -> Value {
         let mut patched = object.clone();
         json_patch::patch(&mut patched, ops).unwrap();
@@ -580,7 +723,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             note,
-            json!({"/spec/containers/0/image": {"from": format!("{REPO}@{BAD}"), "to": format!("{REPO}@{GOOD}")}})
+            json!({"/spec/containers/0/image": {"from": format!("{REPO}@{BAD}"), "to": format!("{REPO}@{GOOD}"), "promotedBy": "plain list (l.txt:1)"}})
         );
         let again = judge(&patched, None, &Policy::default(), &list);
         assert_eq!(again.verdict, ObjectVerdict::Allow);

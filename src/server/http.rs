@@ -238,6 +238,7 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         images = answer.images.len(),
         latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         denial = answer.message.as_deref().unwrap_or(""),
+        promoted_by = answer.promoted_by.join("; "),
         "review answered"
     );
     (
