@@ -831,6 +831,11 @@ fn closing_quote(text: &str, start: usize) -> Option<usize> {
     None
 }
 
+/// Text for a YAML comment: one line, whatever file names it holds.
+pub fn one_line_comment(text: &str) -> String {
+    text.replace(['\n', '\r'], " ")
+}
+
 /// A JSON string literal, which is also a valid YAML double-quoted scalar.
 pub fn double_quoted(value: &str) -> String {
     serde_json::to_string(value).expect("strings always serialise")

@@ -574,6 +574,41 @@ fn during_an_operator_upgrade_the_newest_release_is_rewritten_to_and_named() {
         run.stdout
     );
     assert!(run.stdout.contains(": deny: "), "{}", run.stdout);
+
+    // lint says what each source promotes, and how the two digests resolve.
+    let lint = digest_gate(&["allowlist", "lint", &old, &new], None);
+    assert_eq!(lint.code, 0, "{}", lint.stderr);
+    assert!(
+        lint.stdout
+            .contains("  ClusterServiceVersion rhods-operator.1.21.0 (release 1.21.0): 2 digest(s)\n"),
+        "{}",
+        lint.stdout
+    );
+    assert!(
+        lint.stdout.contains(&format!(
+            "note: {OVMS} is promoted with different digests by 2 sources (sha256:120100000000 by ClusterServiceVersion rhods-operator.1.20.1; sha256:8af20e48bb48 by ClusterServiceVersion rhods-operator.1.21.0): rewrites go to the newest release's, rhods-operator 1.21.0"
+        )),
+        "{}",
+        lint.stdout
+    );
+    let lint = digest_gate(&["allowlist", "lint", "--strict", &old, &plain], None);
+    assert_eq!(lint.code, 1);
+    assert!(
+        lint.stdout
+            .contains("by plain list): no release order or rewriteTo picks one"),
+        "{}",
+        lint.stdout
+    );
+    // convert keeps the decision: the newest release's digest is written
+    // out as rewriteTo.
+    let convert = digest_gate(&["allowlist", "convert", &old, &new], None);
+    assert!(
+        convert.stdout.contains(&format!(
+            "      # the newest release promoting it, rhods-operator 1.21.0\n      rewriteTo: {PROMOTED}"
+        )),
+        "{}",
+        convert.stdout
+    );
 }
 
 /// What `kubectl get servingruntimes,clusterservingruntimes -o json` prints:

@@ -32,6 +32,8 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
     let mut any = false;
     for repo in list.repositories() {
         any = true;
+        // Where its digests come from, so the converted file still says.
+        let _ = write!(out, "\n    # from {}", origins(list, repo));
         let _ = write!(out, "\n    - name: {}\n      digests:", scalar(&repo.name));
         for p in &repo.digests {
             let _ = write!(out, "\n        - digest: {}", scalar(&p.digest));
@@ -40,8 +42,22 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
                 let _ = write!(out, "\n          tags: [{}]", tags.join(", "));
             }
         }
-        if let Some(target) = repo.rewrite_to() {
-            let _ = write!(out, "\n      rewriteTo: {}", scalar(&target.digest));
+        // The release order of the sources is not kept: the newest
+        // release's digest becomes explicit, so decisions stay the same.
+        let newest = list.candidates(&repo.name).newest_release();
+        match (repo.rewrite_to(), newest) {
+            (Some(target), _) => {
+                let _ = write!(out, "\n      rewriteTo: {}", scalar(&target.digest));
+            }
+            (None, Some((target, by))) => {
+                let release = by.release().unwrap_or_default();
+                let _ = write!(
+                    out,
+                    "\n      # the newest release promoting it, {release}\n      rewriteTo: {}",
+                    scalar(&target.digest)
+                );
+            }
+            (None, None) => {}
         }
     }
     out.push_str(if any { "\n" } else { " []\n" });
@@ -64,6 +80,27 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
         }
     }
     out
+}
+
+/// `ClusterServiceVersion x.1.0 (csv.yaml:16, 38), plain list (l.txt:2)`:
+/// the sources of a repository's digests, each once with its lines.
+fn origins(list: &Allowlist, repo: &super::Repository) -> String {
+    let mut seen: Vec<(u32, Vec<u32>)> = Vec::new();
+    for promotion in repo.digests.iter().flat_map(|p| &p.promotions) {
+        match seen.iter_mut().find(|(id, _)| *id == promotion.provenance) {
+            Some((_, lines)) => lines.push(promotion.line),
+            None => seen.push((promotion.provenance, vec![promotion.line])),
+        }
+    }
+    let named: Vec<String> = seen
+        .into_iter()
+        .filter_map(|(id, lines)| {
+            let p = list.provenance(id)?;
+            let lines: Vec<String> = lines.iter().map(ToString::to_string).collect();
+            Some(format!("{} ({}:{})", p.origin, p.source, lines.join(", ")))
+        })
+        .collect();
+    yaml::one_line_comment(&named.join(", "))
 }
 
 /// Repository names and digests stay plain; anything that would not read
@@ -99,6 +136,20 @@ mod tests {
         assert!(c.is_promoted(b));
         // The tag "1.0" must stay a string, not become the number 1.
         assert!(yaml.contains("tags: [\"1.0\"]"), "{yaml}");
-        assert_eq!(to_native_yaml(&second, "converted", &["l.txt".into()]), yaml);
+        assert!(
+            yaml.contains("    # from plain list (l.txt:1, 2)\n    - name: registry.redhat.io/rhods/ovms"),
+            "{yaml}"
+        );
+        // Converting again gives the same document but for where it came from.
+        let uncommented = |t: &str| {
+            t.lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(
+            uncommented(&to_native_yaml(&second, "converted", &["l.txt".into()])),
+            uncommented(&yaml)
+        );
     }
 }

@@ -111,25 +111,91 @@ pub struct Lint {
 /// people relying on it (skipped entries, nothing promoted, several digests
 /// with no way to pick a rewrite target).
 pub fn lint(loaded: &Loaded) -> Lint {
+    let list = &loaded.allowlist;
+    let digests = digests_by_provenance(list);
     let mut report = String::new();
     for s in &loaded.sources {
         report.push_str(&format!(
             "{}: {}, {} promoted image(s)\n",
             s.file, s.format, s.entries
         ));
+        // What each object in it promotes.
+        for (id, p) in list.provenances().iter().enumerate() {
+            if *p.source != *s.file {
+                continue;
+            }
+            let release = p
+                .version
+                .as_ref()
+                .map(|v| format!(" (release {v})"))
+                .unwrap_or_default();
+            report.push_str(&format!(
+                "  {}{release}: {} digest(s)\n",
+                p.origin,
+                digests.get(id).copied().unwrap_or(0)
+            ));
+        }
     }
     let mut warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("warning: {w}")).collect();
-    let list = &loaded.allowlist;
+    let mut notes = Vec::new();
     if list.repository_count() == 0 {
         warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
     }
     for repo in list.repositories() {
-        if repo.digests.len() > 1 && repo.rewrite_to().is_none() {
-            warnings.push(format!(
-                "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
-                repo.name,
-                repo.digests.len()
-            ));
+        if repo.digests.len() < 2 {
+            continue;
+        }
+        let sources: std::collections::BTreeSet<u32> = repo
+            .digests
+            .iter()
+            .flat_map(|p| p.promotions.iter().map(|q| q.provenance))
+            .collect();
+        let newest = list.candidates(&repo.name).newest_release();
+        if sources.len() < 2 {
+            if repo.rewrite_to().is_none() {
+                warnings.push(format!(
+                    "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
+                    repo.name,
+                    repo.digests.len()
+                ));
+            }
+            continue;
+        }
+        let by: Vec<String> = repo
+            .digests
+            .iter()
+            .map(|p| {
+                let mut origins: Vec<&str> = Vec::new();
+                for q in p.promotions.iter().filter_map(|q| list.provenance(q.provenance)) {
+                    if !origins.contains(&q.origin.as_str()) {
+                        origins.push(&q.origin);
+                    }
+                }
+                format!(
+                    "{} by {}",
+                    crate::policy::short_digest(&p.digest),
+                    origins.join(" and ")
+                )
+            })
+            .collect();
+        let line = format!(
+            "{} is promoted with different digests by {} sources ({})",
+            repo.name,
+            sources.len(),
+            by.join("; ")
+        );
+        match (repo.rewrite_to(), newest) {
+            (Some(t), _) => notes.push(format!(
+                "note: {line}: rewriteTo {} decides",
+                crate::policy::short_digest(&t.digest)
+            )),
+            (None, Some((_, release))) => notes.push(format!(
+                "note: {line}: rewrites go to the newest release's, {}",
+                release.release().unwrap_or_default()
+            )),
+            (None, None) => warnings.push(format!(
+                "warning: {line}: no release order or rewriteTo picks one, so unpromoted digests and untagged references to it are denied, not rewritten"
+            )),
         }
     }
     report.push_str(&format!(
@@ -139,14 +205,30 @@ pub fn lint(loaded: &Loaded) -> Lint {
         list.mirror_rules().len(),
         list.exemptions().len()
     ));
-    for w in &warnings {
-        report.push_str(w);
+    for line in notes.iter().chain(&warnings) {
+        report.push_str(line);
         report.push('\n');
     }
     Lint {
         report,
         warnings: warnings.len(),
     }
+}
+
+/// How many (repository, digest) pairs each source object promotes.
+fn digests_by_provenance(list: &Allowlist) -> Vec<usize> {
+    let mut counts = vec![0; list.provenances().len()];
+    for p in list.repositories().flat_map(|r| &r.digests) {
+        let mut ids: Vec<u32> = p.promotions.iter().map(|q| q.provenance).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            if let Some(c) = counts.get_mut(id as usize) {
+                *c += 1;
+            }
+        }
+    }
+    counts
 }
 
 /// Loads and merges every file named, reading directories one level deep and
