@@ -118,6 +118,16 @@ pub struct PolicyArgs {
         value_parser = parse_pattern
     )]
     pub exempt_images: Vec<Pattern>,
+    /// Judge only ConfigMaps of these names (repeatable), e.g.
+    /// servingruntimes-config; by default every ConfigMap whose values are
+    /// runtime documents is judged.
+    #[arg(
+        long = "configmap-names",
+        env = "DIGEST_GATE_CONFIGMAP_NAMES",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub configmap_names: Vec<String>,
 }
 
 fn parse_pattern(s: &str) -> Result<Pattern, String> {
@@ -138,6 +148,7 @@ impl PolicyArgs {
                     origin: "--exempt-image".into(),
                 })
                 .collect(),
+            configmap_names: self.configmap_names.clone(),
             ..Policy::default()
         };
         for km in &self.kind_modes {

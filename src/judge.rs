@@ -299,11 +299,19 @@ pub fn judge_as(
     policy: &Policy,
     allowlist: &Allowlist,
 ) -> Judgement {
+    // ConfigMaps of other names are not read at all (`--configmap-names`,
+    // the chart's webhook.configMaps.names).
+    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let skipped = group.is_empty() && kind == "ConfigMap" && !policy.judges_configmap(name);
     let Walk {
         known,
         sites,
         embedded: sources,
-    } = objects::walk_as(group, kind, object);
+    } = if skipped {
+        Walk::default()
+    } else {
+        objects::walk_as(group, kind, object)
+    };
     let old_walk = old.map(|old| objects::walk_as(group, kind, old));
     let unchanged = old_walk.as_ref().map(previous_images);
     let mode = policy.mode_for(kind);

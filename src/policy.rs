@@ -276,6 +276,8 @@ pub struct Policy {
     pub unlisted: Unlisted,
     /// Exemptions from the command line, on top of the allowlist's own.
     pub exemptions: Vec<Exemption>,
+    /// The ConfigMaps judged, by name; empty: every one.
+    pub configmap_names: Vec<String>,
 }
 
 impl Default for Policy {
@@ -285,6 +287,7 @@ impl Default for Policy {
             kind_modes: HashMap::new(),
             unlisted: Unlisted::Deny,
             exemptions: Vec::new(),
+            configmap_names: Vec::new(),
         }
     }
 }
@@ -301,6 +304,11 @@ impl Policy {
             .get(&kind.to_ascii_lowercase())
             .copied()
             .unwrap_or(self.mode)
+    }
+
+    /// Whether the ConfigMap `name` is judged.
+    pub fn judges_configmap(&self, name: &str) -> bool {
+        self.configmap_names.is_empty() || self.configmap_names.iter().any(|n| n == name)
     }
 
     /// Whether any kind can be denied (some mode other than audit).

@@ -99,10 +99,12 @@ def args(objects: list[dict]) -> list[str]:
 
 class FakeApiserver(BackgroundServer):
     """A tiny HTTP server that answers Helm's `lookup` of Secrets the way the
-    apiserver does: discovery of core/v1, then GET of one Secret."""
+    apiserver does (discovery of core/v1, then GET of one Secret) and its
+    question of the server's version."""
 
-    def __init__(self, secrets: dict[tuple[str, str], dict]):
+    def __init__(self, secrets: dict[tuple[str, str], dict], version: str = "v1.20.0"):
         self.secrets = secrets
+        self.version = version
         self.requests: list[str] = []
         outer = self
 
@@ -115,6 +117,11 @@ class FakeApiserver(BackgroundServer):
         super().__init__(Handler)
 
     def answer(self, path: str) -> tuple[int, dict]:
+        # Helm reads the server's version for .Capabilities.KubeVersion.
+        if path == "/version":
+            major, minor = self.version.lstrip("v").split(".")[:2]
+            return 200, {"major": major, "minor": minor, "gitVersion": self.version,
+                         "platform": "linux/amd64"}
         if path == "/api/v1":
             return 200, {
                 "kind": "APIResourceList",

@@ -67,14 +67,19 @@ def test_server_dry_run_gets_the_same_answer_and_stores_nothing(cluster, release
             == answered["metadata"]["annotations"]["digest-gate.dev/rewritten-images"])
 
 
-def test_incident_configmap_is_rewritten_in_place(cluster, release):
+def test_incident_configmap_is_rewritten_in_place_with_the_chart_defaults(cluster, release):
     """The stale servingruntimes-config of RHODS 1.21, applied into the
     dashboard's namespace, is stored with the promoted digest in its embedded
-    runtime; the rest of the text is left as it was."""
+    runtime, the rest of the text left as it was, with the chart's default
+    values: ConfigMaps have entries of their own, selecting the application
+    namespaces, so the Pods there are never sent to the webhook."""
     namespace = "redhat-ods-applications"
-    cluster.namespace(namespace, {"modelmesh-enabled": "true"})
+    # No model-namespace label: only the ConfigMap entry selects it.
+    cluster.namespace(namespace)
     try:
-        release.install({"webhook": {"configMaps": True}})
+        rel = release.install()
+        # Rendered for the cluster: 1.20 has no matchConditions.
+        assert "matchConditions" not in rel["manifest"]
         (cm,) = load_yaml(FIXTURES / "servingruntimes" / "01_rhods-1.21_odh-dashboard_servingruntimes-config.cm.yaml")
         original = cm["data"]["default-config"]
         assert INCIDENT_IMAGE in original
@@ -84,5 +89,20 @@ def test_incident_configmap_is_rewritten_in_place(cluster, release):
         assert INCIDENT_IMAGE not in stored and PROMOTED_IMAGE in stored
         assert stored == original.replace(INCIDENT_IMAGE, PROMOTED_IMAGE)
         assert any("sha256:8af20e48bb48" in w for w in warnings(applied.stderr))
+
+        # Another name is allowed as it is, without its data being judged
+        # (before 1.28 the apiserver still sends it).
+        other = dict(cm, metadata=dict(cm["metadata"], name="my-runtimes-draft"))
+        cluster.apply(other, namespace=namespace)
+        assert cluster.get("configmap", "my-runtimes-draft", namespace)["data"]["default-config"] == original
+        assert release.pod.metric("digest_gate_admission_requests_total", endpoint="mutate", kind="ConfigMap",
+                                  verdict="skipped") == 1
+
+        # A Pod in that namespace never reaches the webhook.
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dashboard", "namespace": namespace},
+               "spec": {"containers": [{"name": "ovms", "image": INCIDENT_IMAGE}]}}
+        cluster.apply(pod)
+        assert cluster.get("pod", "dashboard", namespace)["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
+        assert release.pod.metric("digest_gate_admission_requests_total", kind="Pod") == 0
     finally:
         cluster.delete_namespace(namespace)

@@ -34,6 +34,21 @@ def unversioned(value):
     return value
 
 
+def without_0_4_0_additions(objects: list[dict]) -> list[dict]:
+    """Rendered objects without their versions and without what 0.4.0 adds
+    by default: the ConfigMap and Template webhook entries and the server's
+    --configmap-names."""
+    objects = unversioned(objects)
+    for o in objects:
+        if o["kind"].endswith("WebhookConfiguration"):
+            o["webhooks"] = [w for w in o["webhooks"]
+                             if "-configmaps." not in w["name"] and "-templates." not in w["name"]]
+        if o["kind"] == "Deployment":
+            c = o["spec"]["template"]["spec"]["containers"][0]
+            c["args"] = [a for a in c["args"] if not a.startswith("--configmap-names=")]
+    return objects
+
+
 def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster, release):
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
     assert (version["major"], version["minor"]) == ("1", "20")
@@ -66,7 +81,8 @@ def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster,
 def test_helm_upgrade_keeps_the_ca_bundle(cluster, release, models):
     release.install()
     bundles = release.ca_bundles()
-    assert len(bundles) == 2 and len(set(bundles.values())) == 1
+    # Six entries (main, ConfigMaps, Templates in each configuration), one CA.
+    assert len(bundles) == 6 and len(set(bundles.values())) == 1
     secret = cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE)["data"]
 
     release.upgrade({"mode": "enforce"})
@@ -129,7 +145,12 @@ def test_upgrade_from_0_1_0_with_its_values_succeeds(cluster, release, models, t
 
     rel = release.upgrade(old_values, raw=True)
     assert rel["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.1.0"
-    assert release.ca_bundles() == bundles
+    # The same CA for the entries 0.1.0 had and for the Templates' entries the
+    # defaults add; `configMaps: false` keeps ConfigMaps out, as it did.
+    after = release.ca_bundles()
+    assert set(after.values()) == set(bundles.values()) and set(bundles) <= set(after)
+    assert not [name for name in after if "-configmaps." in name]
+    assert "--configmap-names" not in " ".join(release.pod.args)
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
@@ -141,7 +162,7 @@ def test_upgrade_from_0_2_0_turns_the_audit_on_and_a_rollback_off(cluster, relea
     # The old values upgrade as they are: nothing of the audit appears, and
     # nothing changes but the image and the chart's labels.
     after = release.upgrade()
-    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    assert without_0_4_0_additions(manifest_objects(after)) == without_0_4_0_additions(manifest_objects(before))
     assert cluster.get("clusterrole", audit_role) is None
     assert not release.pod.metric("digest_gate_audit_leader")
 
@@ -166,9 +187,12 @@ def test_upgrade_from_0_3_0_changes_only_versions_and_messages(cluster, release,
     before = release.install(release.values(), chart=old, raw=True)
     after = release.upgrade()
     assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.3.0"
-    # 0.4.0 changes messages, codes and check's exit code, not what the
-    # chart renders.
-    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    # 0.4.0 adds the ConfigMap and Template webhook entries (on by default)
+    # and the server's --configmap-names; nothing else changes.
+    assert without_0_4_0_additions(manifest_objects(after)) == without_0_4_0_additions(manifest_objects(before))
+    hooks = [w["name"] for o in manifest_objects(after) if o["kind"] == "MutatingWebhookConfiguration"
+             for w in o["webhooks"]]
+    assert hooks == ["mutate.digest-gate.dev", "mutate-configmaps.digest-gate.dev", "mutate-templates.digest-gate.dev"]
     # What changed, as a developer meets it: a placeholder is named as one.
     draft = incident_runtime(models)
     draft["metadata"]["name"] = "ovms-draft"

@@ -98,9 +98,12 @@ def test_sidecar_added_by_a_later_webhook_is_judged_on_reinvocation(cluster, rel
     annotations = event["annotations"]
     mutations = {k.rsplit("/", 1)[1]: json.loads(v) for k, v in annotations.items()
                  if k.startswith("mutation.webhook.admission.k8s.io/")}
+    # Indexes count every mutating webhook entry in order: digest-gate's
+    # configuration has three (Pods' and others', ConfigMaps', Templates'),
+    # the injector's comes after them.
     assert mutations == {
         "round_0_index_0": {"configuration": FULLNAME, "webhook": "mutate.digest-gate.dev", "mutated": False},
-        "round_0_index_1": {"configuration": INJECTOR, "webhook": "inject.e2e.digest-gate.dev", "mutated": True},
+        "round_0_index_3": {"configuration": INJECTOR, "webhook": "inject.e2e.digest-gate.dev", "mutated": True},
         "round_1_index_0": {"configuration": FULLNAME, "webhook": "mutate.digest-gate.dev", "mutated": True},
     }
     rewritten = json.loads(annotations["mutate.digest-gate.dev/rewritten-images"])
@@ -127,7 +130,11 @@ def test_each_invocation_keeps_its_own_audit_annotation(cluster, release, models
     annotations = event["annotations"]
     first = json.loads(annotations["mutate.digest-gate.dev/rewritten-images"])
     second = json.loads(annotations["mutate.digest-gate.dev/rewritten-images-2"])
-    assert first == {"/spec/containers/0/image": {"from": INCIDENT_IMAGE, "to": PROMOTED_IMAGE}}
+    assert list(first) == ["/spec/containers/0/image"]
+    entry = first["/spec/containers/0/image"]
+    assert (entry["from"], entry["to"]) == (INCIDENT_IMAGE, PROMOTED_IMAGE)
+    # Who promoted the target: the chart's allowlist ConfigMap, mounted.
+    assert entry["promotedBy"].startswith("Allowlist "), entry
     assert list(second) == ["/spec/containers/1/image"] and second["/spec/containers/1/image"]["from"] == PROMOTED_TAG
     # The object's own record tells both invocations apart.
     record = json.loads(stored["metadata"]["annotations"]["digest-gate.dev/rewritten-images"])

@@ -73,14 +73,20 @@ reviews (and never blocks) its own recovery. Cluster-scoped objects
 the webhook.
 */}}
 {{- define "digest-gate.namespaceSelector" -}}
-{{- $excluded := concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces | uniq }}
+{{- include "digest-gate.selectorExcluding" (dict "root" . "selector" .Values.webhook.namespaceSelector) }}
+{{- end }}
+
+{{/* A namespace selector with the exclusion above added. */}}
+{{- define "digest-gate.selectorExcluding" -}}
+{{- $root := .root }}
+{{- $excluded := concat (list $root.Release.Namespace "kube-system") $root.Values.webhook.excludeNamespaces | uniq }}
 {{- $exprs := list }}
-{{- range .Values.webhook.namespaceSelector.matchExpressions }}
+{{- range .selector.matchExpressions }}
 {{- $exprs = append $exprs . }}
 {{- end }}
 {{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) }}
 {{- $selector := dict "matchExpressions" $exprs }}
-{{- with .Values.webhook.namespaceSelector.matchLabels }}
+{{- with .selector.matchLabels }}
 {{- $_ := set $selector "matchLabels" . }}
 {{- end }}
 {{- toYaml $selector }}
@@ -141,12 +147,65 @@ the webhook.
   resources: ["jobs", "cronjobs"]
   scope: Namespaced
 {{- end }}
-{{- if .Values.webhook.configMaps }}
+{{- /* 0.1.0-0.3.0's boolean: ConfigMaps in the main entries. */}}
+{{- if and (kindIs "bool" .Values.webhook.configMaps) .Values.webhook.configMaps }}
 - operations: ["CREATE", "UPDATE"]
   apiGroups: [""]
   apiVersions: ["v1"]
   resources: ["configmaps"]
   scope: Namespaced
+{{- end }}
+{{- end }}
+
+{{/*
+The ConfigMap and Template entries: their own namespaces and failure policy,
+the same exclusion of the release namespace and kube-system. Called with
+(dict "root" $ "prefix" "mutate"|"validate" "path" "/mutate"|"/validate"
+"caBundle" $caBundle).
+*/}}
+{{- define "digest-gate.applicationWebhooks" -}}
+{{- $root := .root }}
+{{- $cm := $root.Values.webhook.configMaps }}
+{{- $parts := list }}
+{{- if and (kindIs "map" $cm) $cm.enabled }}
+{{- $parts = append $parts (dict "name" "configmaps" "group" "" "resource" "configmaps" "config" $cm) }}
+{{- end }}
+{{- if $root.Values.webhook.templates.enabled }}
+{{- $parts = append $parts (dict "name" "templates" "group" "template.openshift.io" "resource" "templates" "config" $root.Values.webhook.templates) }}
+{{- end }}
+{{- range $parts }}
+- name: {{ $.prefix }}-{{ .name }}.digest-gate.dev
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  failurePolicy: {{ .config.failurePolicy | default "Ignore" }}
+  matchPolicy: Equivalent
+  timeoutSeconds: {{ $root.Values.webhook.timeoutSeconds }}
+  {{- if eq $.prefix "mutate" }}
+  reinvocationPolicy: IfNeeded
+  {{- end }}
+  clientConfig:
+    service:
+      name: {{ include "digest-gate.serviceName" $root }}
+      namespace: {{ $root.Release.Namespace }}
+      path: {{ $.path }}
+      port: {{ $root.Values.service.port }}
+    {{- if $.caBundle }}
+    caBundle: {{ $.caBundle }}
+    {{- end }}
+  namespaceSelector:
+    {{- include "digest-gate.selectorExcluding" (dict "root" $root "selector" (.config.namespaceSelector | default dict)) | nindent 4 }}
+  {{- if and .config.names (semverCompare ">=1.28.0-0" $root.Capabilities.KubeVersion.Version) }}
+  # Only the named ConfigMaps reach the webhook (CEL, Kubernetes 1.28+).
+  matchConditions:
+    - name: named-configmaps
+      expression: {{ printf "request.name in %s" (toJson .config.names) | quote }}
+  {{- end }}
+  rules:
+    - operations: ["CREATE", "UPDATE"]
+      apiGroups: [{{ .group | quote }}]
+      apiVersions: ["v1"]
+      resources: [{{ .resource | quote }}]
+      scope: Namespaced
 {{- end }}
 {{- end }}
 
