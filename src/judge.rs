@@ -301,7 +301,10 @@ pub fn judge_as(
 ) -> Judgement {
     // ConfigMaps of other names are not read at all (`--configmap-names`,
     // the chart's webhook.configMaps.names).
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let skipped = group.is_empty() && kind == "ConfigMap" && !policy.judges_configmap(name);
     let Walk {
         known,
@@ -653,6 +656,28 @@ mod tests {
     fn pod_warnings(containers: Value) -> Vec<String> {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": containers}});
         judge(&pod, None, &Policy::default(), &operator_allowlist()).warnings()
+    }
+
+    #[test]
+    fn configmaps_of_other_names_are_not_read() {
+        let cm = |name: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"r": format!(
+                "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata: {{name: r}}\nspec:\n  containers: [{{name: c, image: '{REPO}@{BAD}'}}]\n"
+            )}})
+        };
+        let policy = Policy {
+            configmap_names: vec!["servingruntimes-config".into()],
+            ..Policy::default()
+        };
+        let named = judge(&cm("servingruntimes-config"), None, &policy, &allowlist());
+        assert_eq!(named.verdict, ObjectVerdict::Rewrite);
+        let other = judge(&cm("my-runtimes"), None, &policy, &allowlist());
+        assert_eq!((other.verdict, other.images.len()), (ObjectVerdict::Skipped, 0));
+        // Without names, every ConfigMap holding a runtime is judged.
+        assert_eq!(
+            judge(&cm("my-runtimes"), None, &Policy::default(), &allowlist()).verdict,
+            ObjectVerdict::Rewrite
+        );
     }
 
     #[test]
