@@ -10,7 +10,8 @@ keep-alive connection (HTTP/1.1, as the apiserver does) N times, and stops it
 with SIGINT; a second run with one request measures startup, TLS handshake and
 shutdown, which are subtracted. Servers: the null webhook
 (examples/null_webhook.rs), and digest-gate with the text decision log, the
-JSON decision log, and no decision log (--log-level warn). Reviews: the
+JSON decision log, and no decision log (--log-level warn); with --baseline,
+the same for another build's binary. Reviews: the
 README's 2 KB ServingRuntime review (rewritten), the same with the promoted
 digest (allowed), and the load benchmark's 13 KB ModelMesh pod (allowed).
 
@@ -96,6 +97,7 @@ def counted(argv: list[str], port: int, ca: pathlib.Path, body: bytes, n: int, o
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--baseline", help="a digest-gate binary of another build, measured in the same run")
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("valgrind is needed (apt-get install valgrind)")
@@ -109,10 +111,14 @@ def main():
     servers = {
         "null webhook": [str(release / "examples" / "null_webhook")] + tls + ["--listen", f"127.0.0.1:{port}"],
     }
-    for name, extra in [("digest-gate, text log", []), ("digest-gate, JSON log", ["--log-format", "json"]),
-                        ("digest-gate, no decision log", ["--log-level", "warn"])]:
-        servers[name] = [str(release / "digest-gate"), "serve"] + tls + allowlists + [
-            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{load.free_port()}"] + extra
+    builds = [("digest-gate", str(release / "digest-gate"))]
+    if args.baseline:
+        builds.append(("baseline", args.baseline))
+    for build, binary in builds:
+        for name, extra in [("text log", []), ("JSON log", ["--log-format", "json"]),
+                            ("no decision log", ["--log-level", "warn"])]:
+            servers[f"{build}, {name}"] = [binary, "serve"] + tls + allowlists + [
+                "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{load.free_port()}"] + extra
     results = {}
     for review, body in bodies(files["body"]).items():
         for name, argv in servers.items():

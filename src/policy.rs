@@ -442,7 +442,7 @@ fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(&'a Pro
 
 /// The newest source promoting `p`, named in messages.
 fn promoted_by(candidates: &Candidates<'_>, p: &Promoted) -> Option<PromotedBy> {
-    let (provenance, line) = candidates.promotions(&p.digest).into_iter().next()?;
+    let (provenance, line) = candidates.newest_promotion(&p.digest)?;
     Some(PromotedBy {
         provenance: provenance.clone(),
         line,

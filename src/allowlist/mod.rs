@@ -304,6 +304,25 @@ impl<'a> Candidates<'a> {
         out
     }
 
+    /// The newest source promoting `digest` (the newest release, else the
+    /// first loaded), without gathering them all: what a rewrite names.
+    pub fn newest_promotion(&self, digest: &str) -> Option<(&'a Arc<Provenance>, u32)> {
+        let mut best: Option<(&Arc<Provenance>, u32)> = None;
+        let digests = self
+            .entries()
+            .flat_map(|r| r.digests.iter())
+            .filter(|p| &*p.digest == digest);
+        for promotion in digests.flat_map(|p| &p.promotions) {
+            let Some(provenance) = self.provenances.get(promotion.provenance as usize) else {
+                continue;
+            };
+            if best.is_none_or(|(b, _)| provenance.version > b.version) {
+                best = Some((provenance, promotion.line));
+            }
+        }
+        best
+    }
+
     /// The newest operator release of one package among the candidates'
     /// sources, when every promoted digest comes from a release of that
     /// package and the newest release promotes exactly one of them: during
