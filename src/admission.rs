@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::allowlist::Allowlist;
 use crate::judge::{self, ImageJudgement, Judgement, ObjectVerdict, Outcome};
 use crate::objects;
-use crate::policy::{Mode, Policy, Reason, Verdict};
+use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
 use crate::text;
 
 /// The only AdmissionReview version digest-gate speaks.
@@ -179,7 +179,7 @@ pub struct Answer {
     pub message: Option<String>,
     /// Who promoted the digests images are rewritten to (or would be, in
     /// audit mode): what the decision log names.
-    pub promoted_by: Vec<String>,
+    pub promoted_by: Vec<PromotedBy>,
 }
 
 /// Decodes a review, judges it, and encodes the answer.
@@ -232,7 +232,7 @@ struct Response {
     warnings: Vec<String>,
     audit: BTreeMap<String, String>,
     images: Vec<(Outcome, Reason)>,
-    promoted_by: Vec<String>,
+    promoted_by: Vec<PromotedBy>,
 }
 
 impl Response {

@@ -469,13 +469,13 @@ impl Judgement {
     }
 
     /// Who promoted the digests the images are rewritten to, each once:
-    /// what the decision log names.
-    pub fn promoted_by(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
+    /// what the decision log names. Cheap copies: the log describes them
+    /// only when it writes the line.
+    pub fn promoted_by(&self) -> Vec<PromotedBy> {
+        let mut out: Vec<PromotedBy> = Vec::new();
         for by in self.images.iter().filter_map(ImageJudgement::promoted_by) {
-            let described = by.describe();
-            if !out.contains(&described) {
-                out.push(described);
+            if !out.contains(by) {
+                out.push(by.clone());
             }
         }
         out

@@ -123,6 +123,12 @@ async fn dev_mode_serves_a_review_and_drains_on_sigterm() {
         assert_eq!(decision[field], want, "{decision}");
     }
     assert!(decision["latency_us"].is_u64(), "{decision}");
+    // Who promoted the digest it was rewritten to: the example allowlist.
+    let promoted_by = decision["promoted_by"].as_str().unwrap_or_default();
+    assert!(
+        promoted_by.starts_with("Allowlist example-rhods-1.21 (") && promoted_by.contains("allowlist.yaml:"),
+        "{decision}"
+    );
     assert!(!stderr.contains("BEGIN"), "no key material in logs");
 }
 

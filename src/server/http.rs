@@ -18,7 +18,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use crate::admission::{self, Endpoint};
 use crate::allowlist::Allowlist;
 use crate::metrics::{self, Metrics, RequestLabels};
-use crate::policy::Policy;
+use crate::policy::{Policy, PromotedBy};
 use crate::text::{self, Cut};
 
 /// Whether the server takes new reviews. A [`State`] always holds an
@@ -238,7 +238,13 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         images = answer.images.len(),
         latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         denial = answer.message.as_deref().unwrap_or(""),
-        promoted_by = answer.promoted_by.join("; "),
+        // Evaluated only when the line is written.
+        promoted_by = answer
+            .promoted_by
+            .iter()
+            .map(PromotedBy::describe)
+            .collect::<Vec<_>>()
+            .join("; "),
         "review answered"
     );
     (
