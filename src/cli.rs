@@ -266,6 +266,16 @@ pub struct AuditArgs {
     /// finding, once per finding.
     #[arg(long, env = "DIGEST_GATE_EVENTS")]
     pub events: bool,
+    /// Also promote what the installed operators' ClusterServiceVersions in
+    /// NAMESPACE (with names starting NAME-PREFIX) list, read from the
+    /// cluster (repeatable), e.g. redhat-ods-operator/rhods-operator.
+    #[arg(
+        long = "allowlist-csv",
+        env = "DIGEST_GATE_ALLOWLIST_CSV",
+        value_delimiter = ',',
+        value_name = "NAMESPACE[/NAME-PREFIX]"
+    )]
+    pub allowlist_csv: Vec<audit::installed::Csvs>,
 }
 
 /// Log line formats.
@@ -501,7 +511,7 @@ fn run_check(args: &CheckArgs) -> u8 {
 }
 
 fn run_audit(args: &AuditArgs) -> u8 {
-    if args.policy.allowlists.is_empty() {
+    if args.policy.allowlists.is_empty() && args.allowlist_csv.is_empty() {
         missing_allowlist();
     }
     let mut kinds = Vec::new();
@@ -518,9 +528,12 @@ fn run_audit(args: &AuditArgs) -> u8 {
             }
         }
     }
-    let loaded = match load(&args.policy.allowlists) {
-        Ok(l) => l,
-        Err(code) => return code,
+    let files = match allowlist::read_sources(&args.policy.allowlists) {
+        Ok(s) => s,
+        Err(errors) => {
+            eprintln!("error: the allowlist cannot be used:\n{errors}");
+            return 2;
+        }
     };
     let Some(runtime) = client_runtime() else {
         return 2;
@@ -528,6 +541,14 @@ fn run_audit(args: &AuditArgs) -> u8 {
     let policy = args.policy.policy();
     let result = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings()).await?;
+        // The files, then the installed CSVs, merged as one allowlist.
+        let mut sources = files;
+        for csvs in &args.allowlist_csv {
+            let read = audit::installed::read(&connection, csvs).await;
+            sources.extend(read.map_err(|f| f.message().to_owned())?);
+        }
+        let loaded = allowlist::load_sources(&sources)
+            .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
         let scope = if args.all_namespaces || args.namespace_selector.is_some() {
             audit::Scope::All {
                 namespace_selector: args.namespace_selector.clone(),

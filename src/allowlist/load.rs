@@ -643,7 +643,15 @@ impl Loader {
             text("/spec/version").and_then(|v| semver::Version::parse(v.trim_start_matches('v')).ok());
         let provenance = self.builder.provenance(Provenance {
             source: ctx.shared.clone(),
-            origin: format!("ClusterServiceVersion {}", name.unwrap_or("(unnamed)")),
+            origin: format!(
+                "ClusterServiceVersion {}{}",
+                name.unwrap_or("(unnamed)"),
+                if ctx.file.starts_with(crate::audit::installed::INSTALLED) {
+                    " (installed)"
+                } else {
+                    ""
+                }
+            ),
             package: name.and_then(|n| package_of(n, version.as_ref())),
             version,
             replaces: text("/spec/replaces").map(str::to_owned),

@@ -13,6 +13,7 @@
 
 pub mod background;
 mod cluster;
+pub mod installed;
 mod owners;
 pub mod write;
 
@@ -396,6 +397,12 @@ impl<T> Page<T> {
     }
 }
 
+/// A list item decoded as a shape keeps it.
+trait ListedAs: for<'de> Deserialize<'de> {
+    fn into_value(self) -> Value;
+}
+
+/// An object as the walkers read it.
 struct Listed(Value);
 
 impl<'de> Deserialize<'de> for Listed {
@@ -407,10 +414,25 @@ impl<'de> Deserialize<'de> for Listed {
     }
 }
 
+impl ListedAs for Listed {
+    fn into_value(self) -> Value {
+        self.0
+    }
+}
+
 impl Lister<'_> {
     /// Calls `each` with every object in `namespace` (all with `None`), its
     /// `apiVersion` and `kind` set (list items of built-in kinds omit them).
-    async fn list(&self, namespace: Option<&str>, mut each: impl FnMut(Value)) -> Result<(), Failure> {
+    async fn list(&self, namespace: Option<&str>, each: impl FnMut(Value)) -> Result<(), Failure> {
+        self.list_as::<Listed>(namespace, each).await
+    }
+
+    /// [`Lister::list`], each item decoded as `T` keeps it.
+    async fn list_as<T: ListedAs>(
+        &self,
+        namespace: Option<&str>,
+        mut each: impl FnMut(Value),
+    ) -> Result<(), Failure> {
         let r = self.resource;
         let prefix = if r.group.is_empty() {
             format!("/api/{}", r.version)
@@ -433,14 +455,15 @@ impl Lister<'_> {
             let request = Request::new(&path)
                 .list(&params)
                 .map_err(|e| Failure::Request(format!("cannot {doing}: {e}")))?;
-            let mut page: Page<Listed> = self
+            let mut page: Page<T> = self
                 .connection
                 .client
                 .request(request)
                 .await
                 .map_err(|e| self.connection.describe(&doing, &e))?;
             let next = page.next();
-            for Listed(mut object) in page.items {
+            for item in page.items {
+                let mut object = item.into_value();
                 if let Some(map) = object.as_object_mut() {
                     map.entry("apiVersion")
                         .or_insert_with(|| r.api_version.clone().into());

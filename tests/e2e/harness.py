@@ -46,16 +46,16 @@ def warnings(stderr: str) -> list[str]:
     return [line[len("Warning: "):] for line in stderr.splitlines() if line.startswith("Warning: ")]
 
 
-def permissive_crd(kind: str, plural: str, scope: str, versions: tuple[str, ...]) -> dict:
-    """A CRD of serving.kserve.io that accepts any spec, its last version
-    stored: KServe's full CRDs do not validate on 1.20 (`default: null`,
-    newer schema features), and the group/version/kind is what the webhook
-    and the audit see."""
+def permissive_crd(kind: str, plural: str, scope: str, versions: tuple[str, ...],
+                   group: str = "serving.kserve.io") -> dict:
+    """A CRD that accepts any spec, its last version stored: KServe's full
+    CRDs do not validate on 1.20 (`default: null`, newer schema features),
+    and the group/version/kind is what the webhook and the audit see."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.serving.kserve.io"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "serving.kserve.io", "scope": scope,
+            "group": group, "scope": scope,
             "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
             "versions": [{"name": v, "served": True, "storage": v == versions[-1],
                           "schema": {"openAPIV3Schema": {"type": "object",
@@ -72,6 +72,9 @@ PERMISSIVE_CRDS = [
     permissive_crd("LLMInferenceService", "llminferenceservices", "Namespaced", ("v1alpha1", "v1alpha2")),
     permissive_crd("LLMInferenceServiceConfig", "llminferenceserviceconfigs", "Namespaced", ("v1alpha1", "v1alpha2")),
     permissive_crd("ClusterStorageContainer", "clusterstoragecontainers", "Cluster", ("v1alpha1",)),
+    # OLM's, for the installed operators' CSVs as an allowlist source.
+    permissive_crd("ClusterServiceVersion", "clusterserviceversions", "Namespaced", ("v1alpha1",),
+                   group="operators.coreos.com"),
 ]
 
 
