@@ -345,6 +345,14 @@ impl<'a> FileCheck<'a> {
                 },
             }
         }
+        if self.input.found && !self.objects {
+            let why = match self.others.first() {
+                Some((_, _, what)) => format!("holds no Kubernetes object ({what})"),
+                None => "holds no Kubernetes object (it is empty)".to_owned(),
+            };
+            return self.skip(outcome, why);
+        }
+        // Said of the manifests judged, not of files skipped.
         for leniency in docs.leniencies() {
             if let Some(advice) = leniency.advice() {
                 outcome
@@ -352,13 +360,6 @@ impl<'a> FileCheck<'a> {
                     .notes
                     .push(format!("{}: {advice}", self.input.name));
             }
-        }
-        if self.input.found && !self.objects {
-            let why = match self.others.first() {
-                Some((_, _, what)) => format!("holds no Kubernetes object ({what})"),
-                None => "holds no Kubernetes object (it is empty)".to_owned(),
-            };
-            return self.skip(outcome, why);
         }
         outcome.found_objects |= self.objects;
         let name = &self.input.name;
