@@ -74,6 +74,9 @@ def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster,
     notes = rel["notes"]
     assert f"kubectl label namespace {RELEASE_NAMESPACE} kubernetes.io/metadata.name={RELEASE_NAMESPACE}" in notes
     assert "kubectl label namespace kube-system kubernetes.io/metadata.name=kube-system" in notes
+    # And the application namespaces the ConfigMap and Template entries select.
+    for ns in ("redhat-ods-applications", "opendatahub"):
+        assert f"kubectl label namespace {ns} kubernetes.io/metadata.name={ns}" in notes, notes
     # The default audit-mode release with its empty allowlist serves.
     assert release.pod.arg("--mode") == "audit"
 
