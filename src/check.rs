@@ -330,19 +330,21 @@ impl<'a> FileCheck<'a> {
                 Ok(doc) => self.document(&doc, outcome),
                 // JSON that YAML cannot read (rare escapes) is read as JSON,
                 // without positions.
-                Err(e) => match json_document(&self.input.text).filter(|_| read == 0) {
-                    Some(doc) => {
+                Err(e) => {
+                    if read == 0
+                        && let Some(doc) = json_document(&self.input.text)
+                    {
                         positioned = false;
                         self.document(&doc, outcome);
+                        continue;
                     }
-                    None if self.input.found && template_line(&self.input.text).is_some() => {
+                    if let Some(line) = template_line(&self.input.text).filter(|_| self.input.found) {
                         outcome.report.rewind(mark);
                         outcome.still_denied = still_denied;
-                        let line = template_line(&self.input.text).unwrap_or(1);
                         return self.skip(outcome, template_advice(line));
                     }
-                    None => return outcome.report.errors.push(unreadable(self.input, &e.to_string())),
-                },
+                    return outcome.report.errors.push(unreadable(self.input, &e.to_string()));
+                }
             }
         }
         if self.input.found && !self.objects {

@@ -300,12 +300,15 @@ pub fn judge_as(
     allowlist: &Allowlist,
 ) -> Judgement {
     // ConfigMaps of other names are not read at all (`--configmap-names`,
-    // the chart's webhook.configMaps.names).
-    let name = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let skipped = group.is_empty() && kind == "ConfigMap" && !policy.judges_configmap(name);
+    // the chart's webhook.configMaps.names); other kinds pay nothing for it.
+    let skipped = group.is_empty()
+        && kind == "ConfigMap"
+        && !policy.judges_configmap(
+            object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        );
     let Walk {
         known,
         sites,

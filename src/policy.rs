@@ -453,9 +453,9 @@ fn promoted_by(candidates: &Candidates<'_>, p: &Promoted) -> Option<PromotedBy> 
 /// the source promoting each shown: when several are promoted and none can
 /// be chosen, where each comes from tells which is current.
 fn listing(r: &Reference<'_>, candidates: &Candidates<'_>) -> Vec<String> {
-    let several = candidates.promoted().len() > 1;
-    candidates
-        .promoted()
+    let promoted = candidates.promoted();
+    let several = promoted.len() > 1;
+    promoted
         .into_iter()
         .map(|p| {
             let mut s = describe(r.name(), p);

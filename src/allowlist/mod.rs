@@ -281,21 +281,9 @@ impl<'a> Candidates<'a> {
     /// it mirrors), newest release first, then in load order.
     pub fn promotions(&self, digest: &str) -> Vec<(&'a Arc<Provenance>, u32)> {
         let mut out: Vec<(&Arc<Provenance>, u32)> = Vec::new();
-        let digests = self
-            .entries()
-            .flat_map(|r| r.digests.iter())
-            .filter(|p| &*p.digest == digest);
-        for p in digests {
-            for promotion in &p.promotions {
-                let Some(provenance) = self.provenances.get(promotion.provenance as usize) else {
-                    continue;
-                };
-                if !out
-                    .iter()
-                    .any(|(q, l)| Arc::ptr_eq(q, provenance) && *l == promotion.line)
-                {
-                    out.push((provenance, promotion.line));
-                }
+        for (provenance, line) in self.sources(digest) {
+            if !out.iter().any(|(q, l)| Arc::ptr_eq(q, provenance) && *l == line) {
+                out.push((provenance, line));
             }
         }
         // Stable: sources without a release keep their load order, after
@@ -307,20 +295,31 @@ impl<'a> Candidates<'a> {
     /// The newest source promoting `digest` (the newest release, else the
     /// first loaded), without gathering them all: what a rewrite names.
     pub fn newest_promotion(&self, digest: &str) -> Option<(&'a Arc<Provenance>, u32)> {
-        let mut best: Option<(&Arc<Provenance>, u32)> = None;
-        let digests = self
-            .entries()
-            .flat_map(|r| r.digests.iter())
-            .filter(|p| &*p.digest == digest);
-        for promotion in digests.flat_map(|p| &p.promotions) {
-            let Some(provenance) = self.provenances.get(promotion.provenance as usize) else {
-                continue;
-            };
-            if best.is_none_or(|(b, _)| provenance.version > b.version) {
-                best = Some((provenance, promotion.line));
+        self.sources(digest).reduce(|best, next| {
+            if next.0.version > best.0.version {
+                next
+            } else {
+                best
             }
-        }
-        best
+        })
+    }
+
+    /// Every (source, line) promoting `digest`, across the repository and
+    /// the ones it mirrors, in load order.
+    fn sources<'s>(&'s self, digest: &'s str) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + 's {
+        self.entries()
+            .flat_map(|r| r.digests.iter())
+            .filter(move |p| &*p.digest == digest)
+            .flat_map(|p| self.sources_of(p))
+    }
+
+    /// The sources promoting one digest entry.
+    fn sources_of(&self, p: &'a Promoted) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + use<'a> {
+        let provenances = self.provenances;
+        p.promotions.iter().filter_map(move |promotion| {
+            let provenance = provenances.get(promotion.provenance as usize)?;
+            Some((provenance, promotion.line))
+        })
     }
 
     /// The newest operator release of one package among the candidates'
@@ -334,10 +333,7 @@ impl<'a> Candidates<'a> {
         let mut tied = false;
         for p in &digests {
             let mut newest: Option<&Arc<Provenance>> = None;
-            for promotion in &p.promotions {
-                let Some(provenance) = self.provenances.get(promotion.provenance as usize) else {
-                    continue;
-                };
+            for (provenance, _) in self.sources_of(p) {
                 let (Some(pkg), Some(version)) = (provenance.package.as_deref(), &provenance.version) else {
                     continue;
                 };

@@ -66,17 +66,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-Namespace selection: the user's selector, plus an exclusion of the release
-namespace and kube-system that values cannot remove, so the webhook never
-reviews (and never blocks) its own recovery. Cluster-scoped objects
-(ClusterServingRuntimes) are not subject to namespaceSelector and always reach
-the webhook.
+Namespace selection, called with (dict "root" $ "selector" SELECTOR): the
+entry's selector, plus an exclusion of the release namespace and kube-system
+that values cannot remove, so the webhook never reviews (and never blocks) its
+own recovery. Cluster-scoped objects (ClusterServingRuntimes) are not subject to
+namespaceSelector and always reach the webhook.
 */}}
-{{- define "digest-gate.namespaceSelector" -}}
-{{- include "digest-gate.selectorExcluding" (dict "root" . "selector" .Values.webhook.namespaceSelector) }}
-{{- end }}
-
-{{/* A namespace selector with the exclusion above added. */}}
 {{- define "digest-gate.selectorExcluding" -}}
 {{- $root := .root }}
 {{- $excluded := concat (list $root.Release.Namespace "kube-system") $root.Values.webhook.excludeNamespaces | uniq }}
@@ -158,55 +153,72 @@ the webhook.
 {{- end }}
 
 {{/*
-The ConfigMap and Template entries: their own namespaces and failure policy,
-the same exclusion of the release namespace and kube-system. Called with
-(dict "root" $ "prefix" "mutate"|"validate" "path" "/mutate"|"/validate"
-"caBundle" $caBundle).
+Every entry of one webhook configuration, called with (dict "root" $ "prefix"
+"mutate"|"validate" "caBundle" $caBundle): the main entry (Pods, runtimes and the
+kinds switched on, under webhook.namespaceSelector), then ConfigMaps' and
+Templates' entries, with namespaces and a failure policy of their own.
 */}}
-{{- define "digest-gate.applicationWebhooks" -}}
+{{- define "digest-gate.webhooks" -}}
 {{- $root := .root }}
+{{- $main := dict "name" "" "failurePolicy" $root.Values.webhook.failurePolicy "selector" $root.Values.webhook.namespaceSelector "objectSelector" $root.Values.webhook.objectSelector "rules" (include "digest-gate.rules" $root) }}
+{{- $entries := list $main }}
 {{- $cm := $root.Values.webhook.configMaps }}
-{{- $parts := list }}
 {{- if and (kindIs "map" $cm) $cm.enabled }}
-{{- $parts = append $parts (dict "name" "configmaps" "group" "" "resource" "configmaps" "config" $cm) }}
+{{- $rules := include "digest-gate.kindRules" (dict "group" "" "resource" "configmaps") }}
+{{- $entry := dict "name" "-configmaps" "failurePolicy" ($cm.failurePolicy | default "Ignore") "selector" ($cm.namespaceSelector | default dict) "rules" $rules }}
+{{- /* Only the named ConfigMaps reach the webhook (CEL, Kubernetes 1.28+). */}}
+{{- if and $cm.names (semverCompare ">=1.28.0-0" $root.Capabilities.KubeVersion.Version) }}
+{{- $_ := set $entry "matchConditions" (list (dict "name" "named-configmaps" "expression" (printf "request.name in %s" (toJson $cm.names)))) }}
 {{- end }}
-{{- if $root.Values.webhook.templates.enabled }}
-{{- $parts = append $parts (dict "name" "templates" "group" "template.openshift.io" "resource" "templates" "config" $root.Values.webhook.templates) }}
+{{- $entries = append $entries $entry }}
 {{- end }}
-{{- range $parts }}
-- name: {{ $.prefix }}-{{ .name }}.digest-gate.dev
+{{- $t := $root.Values.webhook.templates }}
+{{- if $t.enabled }}
+{{- $rules := include "digest-gate.kindRules" (dict "group" "template.openshift.io" "resource" "templates") }}
+{{- $entries = append $entries (dict "name" "-templates" "failurePolicy" ($t.failurePolicy | default "Ignore") "selector" ($t.namespaceSelector | default dict) "rules" $rules) }}
+{{- end }}
+{{- range $entries }}
+- name: {{ $.prefix }}{{ .name }}.digest-gate.dev
   admissionReviewVersions: ["v1"]
   sideEffects: None
-  failurePolicy: {{ .config.failurePolicy | default "Ignore" }}
+  failurePolicy: {{ .failurePolicy }}
   matchPolicy: Equivalent
   timeoutSeconds: {{ $root.Values.webhook.timeoutSeconds }}
   {{- if eq $.prefix "mutate" }}
+  # A later mutating webhook may add or change images; review them again.
   reinvocationPolicy: IfNeeded
   {{- end }}
   clientConfig:
     service:
       name: {{ include "digest-gate.serviceName" $root }}
       namespace: {{ $root.Release.Namespace }}
-      path: {{ $.path }}
+      path: /{{ $.prefix }}
       port: {{ $root.Values.service.port }}
     {{- if $.caBundle }}
     caBundle: {{ $.caBundle }}
     {{- end }}
   namespaceSelector:
-    {{- include "digest-gate.selectorExcluding" (dict "root" $root "selector" (.config.namespaceSelector | default dict)) | nindent 4 }}
-  {{- if and .config.names (semverCompare ">=1.28.0-0" $root.Capabilities.KubeVersion.Version) }}
-  # Only the named ConfigMaps reach the webhook (CEL, Kubernetes 1.28+).
+    {{- include "digest-gate.selectorExcluding" (dict "root" $root "selector" .selector) | nindent 4 }}
+  {{- with .objectSelector }}
+  objectSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .matchConditions }}
   matchConditions:
-    - name: named-configmaps
-      expression: {{ printf "request.name in %s" (toJson .config.names) | quote }}
+    {{- toYaml . | nindent 4 }}
   {{- end }}
   rules:
-    - operations: ["CREATE", "UPDATE"]
-      apiGroups: [{{ .group | quote }}]
-      apiVersions: ["v1"]
-      resources: [{{ .resource | quote }}]
-      scope: Namespaced
+    {{- .rules | nindent 4 }}
 {{- end }}
+{{- end }}
+
+{{/* The rule of a kind that has an entry of its own. */}}
+{{- define "digest-gate.kindRules" -}}
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: [{{ .group | quote }}]
+  apiVersions: ["v1"]
+  resources: [{{ .resource | quote }}]
+  scope: Namespaced
 {{- end }}
 
 {{/* caBundle as the webhook configurations want it: base64 of PEM. */}}
