@@ -61,11 +61,11 @@ pub struct Background {
         value_name = "CLUSTERROLE"
     )]
     pub owner: Option<String>,
-    /// Kubeconfig for the audit (default: the pod's service account, or
-    /// $KUBECONFIG and ~/.kube/config outside a pod).
+    /// Kubeconfig for the audit and --allowlist-csv (default: the pod's
+    /// service account, or $KUBECONFIG and ~/.kube/config outside a pod).
     #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context for the audit.
+    /// Kubeconfig context for the audit and --allowlist-csv.
     #[arg(long, env = "DIGEST_GATE_CONTEXT")]
     pub context: Option<String>,
 }

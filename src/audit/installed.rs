@@ -1,14 +1,23 @@
-//! The installed operators' ClusterServiceVersions as an allowlist source
-//! (`audit --allowlist-csv NAMESPACE[/NAME-PREFIX]`). The incident happened
-//! because two copies of "what is promoted" drifted: the operator's CSV
-//! listed the promoted digest, a ConfigMap kept the old one. Reading the CSV
-//! the cluster runs removes one copy.
+//! The installed operators' ClusterServiceVersions as an allowlist source:
+//! `audit --allowlist-csv NAMESPACE[/NAME-PREFIX]` reads them once, `serve`
+//! follows them with a watch. The incident happened because two copies of
+//! "what is promoted" drifted: the operator's CSV listed the promoted digest,
+//! a ConfigMap kept the old one. Reading the CSV the cluster runs removes
+//! one copy.
 //!
 //! Only what the allowlist reads of a CSV is kept (its name, version,
 //! `replaces`, `relatedImages` and deployments), so a large CSV's CRD
-//! descriptions never sit in memory.
+//! descriptions never sit in memory. OLM's copies of a CSV in other
+//! namespaces (label `olm.copiedFrom`) are never even sent.
 
-use kube::core::ApiResource;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::core::{ApiResource, NamespaceResourceScope, Resource};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -19,6 +28,14 @@ use crate::objects::{Pruned, Shape};
 /// The source name prefix that marks a CSV read from the cluster: the
 /// allowlist names its provenance `ClusterServiceVersion <name> (installed)`.
 pub const INSTALLED: &str = "cluster:";
+
+/// Leaves out OLM's copies: an operator installed for all namespaces has its
+/// CSV copied into every one, and the copy says nothing the original does not.
+const NOT_COPIED: &str = "!olm.copiedFrom";
+
+/// CSVs per list page: a CSV can be megabytes of CRD descriptions, and a
+/// page is held whole before it is pruned.
+const PAGE: u32 = 20;
 
 /// Where to read CSVs: a namespace, and optionally a name prefix
 /// (`redhat-ods-operator/rhods-operator`).
@@ -46,8 +63,20 @@ impl std::str::FromStr for Csvs {
     }
 }
 
+impl std::fmt::Display for Csvs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.prefix {
+            Some(p) => write!(f, "{}/{p}", self.namespace),
+            None => f.write_str(&self.namespace),
+        }
+    }
+}
+
 static KEEP: Shape = Shape::Keep;
-static METADATA: Shape = Shape::Object(&[("name", &KEEP), ("labels", &KEEP)], &[]);
+static METADATA: Shape = Shape::Object(
+    &[("name", &KEEP), ("namespace", &KEEP), ("resourceVersion", &KEEP)],
+    &[],
+);
 static SPEC: Shape = Shape::Object(
     &[
         ("version", &KEEP),
@@ -67,55 +96,209 @@ static CSV: Shape = Shape::Object(
     &[],
 );
 
-struct ListedCsv(Value);
+/// An installed CSV as a list or a watch hands it out: the metadata the
+/// watch resumes from, and what the allowlist reads.
+#[derive(Debug, Clone)]
+pub struct InstalledCsv {
+    metadata: ObjectMeta,
+    /// The pruned object without its resource version, so that OLM's
+    /// status updates read as no change.
+    value: Value,
+}
 
-impl<'de> Deserialize<'de> for ListedCsv {
+impl<'de> Deserialize<'de> for InstalledCsv {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::DeserializeSeed;
-        Pruned(&CSV).deserialize(deserializer).map(ListedCsv)
+        let mut value = Pruned(&CSV).deserialize(deserializer)?;
+        let mut metadata = ObjectMeta::default();
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+            metadata.name = text(meta.get("name"));
+            metadata.namespace = text(meta.get("namespace"));
+            metadata.resource_version = text(meta.remove("resourceVersion").as_ref());
+        }
+        // The allowlist tells a CSV by its kind.
+        if let Some(map) = value.as_object_mut() {
+            map.entry("apiVersion")
+                .or_insert_with(|| "operators.coreos.com/v1alpha1".into());
+            map.entry("kind")
+                .or_insert_with(|| "ClusterServiceVersion".into());
+        }
+        Ok(Self { metadata, value })
     }
 }
 
-impl ListedAs for ListedCsv {
+impl Resource for InstalledCsv {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "ClusterServiceVersion".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "operators.coreos.com".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "clusterserviceversions".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl ListedAs for InstalledCsv {
     fn into_value(self) -> Value {
-        self.0
+        self.value
     }
 }
 
-/// The CSVs `csvs` names, each an allowlist source. OLM's copies of a CSV
-/// in other namespaces (label `olm.copiedFrom`) are left out.
+impl InstalledCsv {
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or("")
+    }
+
+    fn source(&self, csvs: &Csvs) -> Option<Source> {
+        source_of(csvs, &self.value)
+    }
+}
+
+/// The allowlist source a pruned CSV is, if `csvs` wants it (by name).
+fn source_of(csvs: &Csvs, csv: &Value) -> Option<Source> {
+    let name = csv
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    csvs.prefix
+        .as_deref()
+        .is_none_or(|p| name.starts_with(p))
+        .then(|| Source {
+            name: source_name(&csvs.namespace, name),
+            text: csv.to_string(),
+        })
+}
+
+/// The allowlist source name of CSV `name` in `namespace`.
+fn source_name(namespace: &str, name: &str) -> String {
+    format!("{INSTALLED}{namespace}/{name}")
+}
+
+/// The CSVs `csvs` names, each an allowlist source.
 pub async fn read(connection: &Connection, csvs: &Csvs) -> Result<Vec<Source>, Failure> {
-    let resource = ApiResource {
-        group: "operators.coreos.com".into(),
-        version: "v1alpha1".into(),
-        api_version: "operators.coreos.com/v1alpha1".into(),
-        kind: "ClusterServiceVersion".into(),
-        plural: "clusterserviceversions".into(),
-    };
+    let resource = ApiResource::erase::<InstalledCsv>(&());
     let lister = Lister {
         connection,
         resource: &resource,
-        page: 20,
-        label_selector: None,
+        page: PAGE,
+        label_selector: Some(NOT_COPIED),
     };
     let mut sources = Vec::new();
     lister
-        .list_as::<ListedCsv>(Some(&csvs.namespace), |csv| {
-            let name = csv
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let copied = csv.pointer("/metadata/labels/olm.copiedFrom").is_some();
-            let wanted = csvs.prefix.as_deref().is_none_or(|p| name.starts_with(p));
-            if wanted && !copied {
-                sources.push(Source {
-                    name: format!("{INSTALLED}{}/{name}", csvs.namespace),
-                    text: csv.to_string(),
-                });
-            }
+        .list_as::<InstalledCsv>(Some(&csvs.namespace), |csv| {
+            sources.extend(source_of(csvs, &csv));
         })
         .await?;
     Ok(sources)
+}
+
+/// What following the installed CSVs tells its caller.
+#[derive(Debug)]
+pub enum Followed {
+    /// Every namespace has been listed whole (and again after each change):
+    /// the CSVs installed now, as allowlist sources, sorted by name.
+    Installed(Vec<Source>),
+    /// A list or watch failed. The watch retries with backoff; what was
+    /// installed before stays as it was.
+    Failed(String),
+}
+
+/// Follows the CSVs `specs` name, with one watch per namespace, until the
+/// future is dropped. `tell` hears the whole set once every namespace has
+/// been listed, then after every change of what the allowlist reads (a
+/// status update of a CSV is no change), and every failure.
+pub async fn follow(connection: &Connection, specs: &[Csvs], mut tell: impl FnMut(Followed)) {
+    use watcher::Event;
+    let watches = specs.iter().enumerate().map(|(i, spec)| {
+        let api: Api<InstalledCsv> = Api::namespaced(connection.client.clone(), &spec.namespace);
+        let config = watcher::Config::default().labels(NOT_COPIED).page_size(PAGE);
+        watcher(api, config)
+            .default_backoff()
+            .map(move |e| (i, e))
+            .boxed()
+    });
+    let mut events = futures::stream::select_all(watches);
+    // Per spec: the set in force (None until its first complete list), and
+    // the list being read (a watch that lost its place lists again).
+    let mut listed: Vec<Option<BTreeMap<String, Source>>> = vec![None; specs.len()];
+    let mut listing: Vec<BTreeMap<String, Source>> = vec![BTreeMap::new(); specs.len()];
+    while let Some((i, event)) = events.next().await {
+        let spec = &specs[i];
+        let changed = match event {
+            Ok(Event::Init) => {
+                listing[i].clear();
+                false
+            }
+            Ok(Event::InitApply(csv)) => {
+                if let Some(source) = csv.source(spec) {
+                    listing[i].insert(source.name.clone(), source);
+                }
+                false
+            }
+            Ok(Event::InitDone) => {
+                let now = std::mem::take(&mut listing[i]);
+                let changed = listed[i].as_ref() != Some(&now);
+                listed[i] = Some(now);
+                changed
+            }
+            Ok(Event::Apply(csv)) => match (listed[i].as_mut(), csv.source(spec)) {
+                (Some(set), Some(source)) => {
+                    let changed = set.get(&source.name) != Some(&source);
+                    set.insert(source.name.clone(), source);
+                    changed
+                }
+                _ => false,
+            },
+            Ok(Event::Delete(csv)) => listed[i]
+                .as_mut()
+                .and_then(|set| set.remove(&source_name(&spec.namespace, csv.name())))
+                .is_some(),
+            Err(e) => {
+                tell(Followed::Failed(failure(connection, spec, &e)));
+                false
+            }
+        };
+        if changed && listed.iter().all(Option::is_some) {
+            let installed = listed.iter().flatten().flat_map(|set| set.values().cloned());
+            tell(Followed::Installed(installed.collect()));
+        }
+    }
+}
+
+/// A watch failure worded as `audit`'s are, with what the cluster lacks
+/// when it does not serve CSVs at all.
+fn failure(connection: &Connection, spec: &Csvs, e: &watcher::Error) -> String {
+    let doing = format!(
+        "watch ClusterServiceVersions (operators.coreos.com/v1alpha1) in namespace \"{}\"",
+        spec.namespace
+    );
+    let cause = match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        other => return format!("cannot {doing}: {other}"),
+    };
+    match cause {
+        kube::Error::Api(status) if status.code == 404 => format!(
+            "cannot {doing}: the cluster does not serve ClusterServiceVersions; is OLM installed? ({})",
+            status.message
+        ),
+        _ => connection.describe(&doing, cause).message().to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -123,15 +306,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn specs_parse() {
+    fn specs_parse_and_print_back() {
+        let spec = "redhat-ods-operator/rhods-operator".parse::<Csvs>();
         assert_eq!(
-            "redhat-ods-operator/rhods-operator".parse::<Csvs>(),
+            spec,
             Ok(Csvs {
                 namespace: "redhat-ods-operator".into(),
                 prefix: Some("rhods-operator".into())
             })
         );
+        assert_eq!(spec.unwrap().to_string(), "redhat-ods-operator/rhods-operator");
         assert_eq!("ns".parse::<Csvs>().map(|c| c.prefix), Ok(None));
+        assert_eq!("ns/".parse::<Csvs>().map(|c| c.to_string()), Ok("ns".into()));
         assert!("/x".parse::<Csvs>().is_err());
+    }
+
+    /// A watch event's CSV: the resource version is kept for the watch and
+    /// left out of the source, so a status update is no change; the CRD
+    /// descriptions are never kept; the name prefix selects.
+    #[test]
+    fn a_csv_is_read_as_its_allowlist_source() {
+        let event = |rv: &str, phase: &str| {
+            serde_json::json!({
+                "apiVersion": "operators.coreos.com/v1alpha1",
+                "kind": "ClusterServiceVersion",
+                "metadata": {"name": "rhods-operator.1.21.0", "namespace": "ops", "resourceVersion": rv,
+                             "annotations": {"alm-examples": "[...]"}},
+                "spec": {"version": "1.21.0", "relatedImages": [{"name": "a", "image": "r/a@sha256:00"}],
+                         "customresourcedefinitions": {"owned": [{"description": "long"}]}},
+                "status": {"phase": phase}
+            })
+        };
+        let first: InstalledCsv = serde_json::from_value(event("1", "Installing")).unwrap();
+        let second: InstalledCsv = serde_json::from_value(event("2", "Succeeded")).unwrap();
+        assert_eq!(kube::ResourceExt::resource_version(&first).as_deref(), Some("1"));
+        let spec = Csvs {
+            namespace: "ops".into(),
+            prefix: Some("rhods-operator".into()),
+        };
+        let source = first.source(&spec).unwrap();
+        assert_eq!(source, second.source(&spec).unwrap());
+        assert_eq!(source.name, "cluster:ops/rhods-operator.1.21.0");
+        let text: Value = serde_json::from_str(&source.text).unwrap();
+        assert!(text.pointer("/metadata/resourceVersion").is_none(), "{text}");
+        assert!(
+            text.pointer("/spec/customresourcedefinitions").is_none(),
+            "{text}"
+        );
+        assert_eq!(text["spec"]["relatedImages"][0]["image"], "r/a@sha256:00");
+        let other = Csvs {
+            namespace: "ops".into(),
+            prefix: Some("odh-".into()),
+        };
+        assert_eq!(first.source(&other), None);
     }
 }

@@ -22,11 +22,13 @@ use crate::policy::{Policy, PromotedBy};
 use crate::text::{self, Cut};
 
 /// Whether the server takes new reviews. A [`State`] always holds an
-/// allowlist and is served only once its certificate is loaded, so the one
-/// thing that makes a running server unready is draining.
+/// allowlist and is served only once its certificate is loaded; what makes
+/// a running server unready is draining, or an allowlist still waiting for
+/// a source it needs (the installed CSVs of `--allowlist-csv`).
 #[derive(Debug, Default)]
 pub struct Readiness {
     draining: AtomicBool,
+    waiting: AtomicBool,
 }
 
 impl Readiness {
@@ -35,10 +37,22 @@ impl Readiness {
         self.draining.store(true, Ordering::Release);
     }
 
+    /// Marks the allowlist incomplete until [`Self::complete`].
+    pub fn wait_for_sources(&self) {
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    /// The allowlist has every source it needs.
+    pub fn complete(&self) {
+        self.waiting.store(false, Ordering::Release);
+    }
+
     /// `Ok` when ready, else why not.
     pub fn check(&self) -> Result<(), &'static str> {
         if self.draining.load(Ordering::Acquire) {
             Err("shutting down")
+        } else if self.waiting.load(Ordering::Acquire) {
+            Err("waiting for the installed operators' ClusterServiceVersions (--allowlist-csv)")
         } else {
             Ok(())
         }

@@ -2,6 +2,7 @@
 //! hot reloads, and a graceful drain.
 
 pub mod http;
+pub mod installed;
 pub mod reload;
 pub mod tls;
 
@@ -44,6 +45,17 @@ pub struct Config {
     pub client_ca: Option<PathBuf>,
     #[arg(skip)]
     pub allowlists: Vec<PathBuf>,
+    /// Also promote what the installed operators' ClusterServiceVersions in
+    /// NAMESPACE (with names starting NAME-PREFIX) list, watched, merged
+    /// with the files (repeatable), e.g. redhat-ods-operator/rhods-operator.
+    /// Not ready until each namespace has been read.
+    #[arg(
+        long = "allowlist-csv",
+        env = "DIGEST_GATE_ALLOWLIST_CSV",
+        value_delimiter = ',',
+        value_name = "NAMESPACE[/NAME-PREFIX]"
+    )]
+    pub allowlist_csv: Vec<crate::audit::installed::Csvs>,
     #[arg(skip)]
     pub policy: Policy,
     /// Largest AdmissionReview body accepted (bytes).
@@ -123,7 +135,7 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     #[error("the allowlist cannot be used:\n{0}")]
     Allowlist(String),
-    #[error("cannot start the reload or audit thread: {source}")]
+    #[error("cannot start a background thread (reload, audit or CSV watch): {source}")]
     Thread {
         #[source]
         source: std::io::Error,
@@ -243,14 +255,26 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let store = Arc::new(CertStore::new(key));
     let tls_config = tls::server_config(store.clone(), config.client_ca.as_deref(), provider.clone())?;
 
-    let (seen, loaded) = reload::load_allowlist(&config.allowlists, &config.policy);
-    let loaded = loaded.map_err(ServerError::Allowlist)?;
+    // With --allowlist-csv the files are only part of the allowlist: whether
+    // it is usable is asked once the CSVs are merged in, and until then the
+    // server is not ready.
+    let waiting = !config.allowlist_csv.is_empty();
+    let (seen, loaded) = reload::load_allowlist(&config.allowlists, &[]);
+    let loaded = loaded
+        .and_then(|l| match waiting {
+            true => Ok(l),
+            false => reload::usable(&l, &config.policy).map(|()| l),
+        })
+        .map_err(ServerError::Allowlist)?;
     for w in &loaded.warnings {
         tracing::warn!(warning = %w, "allowlist entry skipped");
     }
     let mut state = State::new(loaded.allowlist, config.policy.clone());
     state.max_body_bytes = config.max_body_bytes;
     state.request_timeout = config.request_timeout;
+    if waiting {
+        state.ready.wait_for_sources();
+    }
     let state = Arc::new(state);
     state.metrics.reload("allowlist", true);
     state.metrics.reload("certificate", true);
@@ -270,9 +294,28 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     }
 
     let (drain_tx, drain_rx) = watch::channel(false);
+    let installed = waiting.then(|| Arc::new(installed::Installed::default()));
+    if let Some(installed) = &installed {
+        let settings = crate::audit::Settings {
+            kubeconfig: config.audit.kubeconfig.clone(),
+            context: config.audit.context.clone(),
+            // A watch waits minutes for an event: kube's read timeout (longer
+            // than the watch's own) applies, not the audit's 30 s.
+            timeout: None,
+        };
+        installed::spawn(
+            config.allowlist_csv.clone(),
+            settings,
+            installed.clone(),
+            state.clone(),
+            drain_rx.clone(),
+        )
+        .map_err(|source| ServerError::Thread { source })?;
+    }
     let reloader = Reloader::new(
         state.clone(),
         config.allowlists.clone(),
+        installed,
         seen,
         CertFiles {
             cert: config.cert.clone(),

@@ -22,6 +22,7 @@ use std::time::Duration;
 use rustls::crypto::CryptoProvider;
 
 use super::http::State;
+use super::installed::Installed;
 use super::tls::{self, CertStore};
 use crate::allowlist::{self, Loaded, Source};
 use crate::policy::{Policy, Unlisted};
@@ -40,6 +41,13 @@ pub struct CertFiles {
 pub struct Reloader {
     state: Arc<State>,
     allowlists: Vec<PathBuf>,
+    /// The installed CSVs (`--allowlist-csv`), merged after the files.
+    installed: Option<Arc<Installed>>,
+    /// The generation of `installed` last merged.
+    installed_seen: u64,
+    /// Whether an allowlist with every source (the installed CSVs too) is
+    /// in force; until then the server is not ready.
+    complete: bool,
     cert_files: CertFiles,
     cert_store: Arc<CertStore>,
     provider: Arc<CryptoProvider>,
@@ -100,23 +108,21 @@ pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads and parses allowlist sources, with the fingerprint of what was read.
-pub fn load_allowlist(paths: &[PathBuf], policy: &Policy) -> (u64, Result<Loaded, String>) {
-    let sources = match allowlist::read_sources(paths) {
+/// Reads and parses the allowlist files, then `installed` (the CSVs of
+/// `--allowlist-csv`), with the fingerprint of what was read. Whether the
+/// result is [`usable`] is the caller's question: before the CSVs arrive
+/// the files alone need not be.
+pub fn load_allowlist(paths: &[PathBuf], installed: &[Source]) -> (u64, Result<Loaded, String>) {
+    let mut sources = match allowlist::read_sources(paths) {
         Ok(s) => s,
         Err(e) => {
             let message = e.to_string();
             return (fingerprint(&message), Err(message));
         }
     };
+    sources.extend_from_slice(installed);
     let seen = fingerprint(&sources);
-    (seen, parse(&sources, policy))
-}
-
-fn parse(sources: &[Source], policy: &Policy) -> Result<Loaded, String> {
-    let loaded = allowlist::load_sources(sources).map_err(|e| e.to_string())?;
-    usable(&loaded, policy)?;
-    Ok(loaded)
+    (seen, allowlist::load_sources(&sources).map_err(|e| e.to_string()))
 }
 
 fn read_certs(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), String> {
@@ -133,6 +139,7 @@ impl Reloader {
     pub fn new(
         state: Arc<State>,
         allowlists: Vec<PathBuf>,
+        installed: Option<Arc<Installed>>,
         allowlist_seen: u64,
         cert_files: CertFiles,
         cert_store: Arc<CertStore>,
@@ -144,6 +151,9 @@ impl Reloader {
         Self {
             state,
             allowlists,
+            complete: installed.is_none(),
+            installed,
+            installed_seen: 0,
             cert_files,
             cert_store,
             provider,
@@ -163,21 +173,37 @@ impl Reloader {
         self.poll_certificate(forced);
     }
 
+    /// Whether the installed CSVs changed since they were last merged.
+    fn installed_changed(&self) -> bool {
+        self.installed
+            .as_ref()
+            .is_some_and(|i| i.generation() != self.installed_seen)
+    }
+
     fn poll_allowlist(&mut self, forced: bool) {
-        if self.allowlists.is_empty() {
+        if self.allowlists.is_empty() && self.installed.is_none() {
             return;
         }
         let stat = allowlist_stat(&self.allowlists);
-        if !forced && self.allowlist_stat == stat {
+        if !forced && self.allowlist_stat == stat && !self.installed_changed() {
             return;
         }
         self.allowlist_stat = stat;
-        let (seen, result) = load_allowlist(&self.allowlists, &self.state.policy);
-        if self.allowlist_seen == seen {
+        let installed = match &self.installed {
+            None => None,
+            Some(i) => {
+                self.installed_seen = i.generation();
+                // Not listed yet: nothing complete to put in force.
+                let Some(sources) = i.sources() else { return };
+                Some(sources)
+            }
+        };
+        let (seen, result) = load_allowlist(&self.allowlists, installed.as_deref().unwrap_or_default());
+        if self.allowlist_seen == seen && self.complete {
             return;
         }
         self.allowlist_seen = seen;
-        match result {
+        match result.and_then(|loaded| usable(&loaded, &self.state.policy).map(|()| loaded)) {
             Ok(loaded) => {
                 let (repos, digests) = (
                     loaded.allowlist.repository_count(),
@@ -189,6 +215,11 @@ impl Reloader {
                 self.state.swap_allowlist(loaded.allowlist);
                 self.state.metrics.reload("allowlist", true);
                 tracing::info!(repositories = repos, digests, "allowlist reloaded");
+                if !self.complete {
+                    // The first allowlist with the installed CSVs in it.
+                    self.complete = true;
+                    self.state.ready.complete();
+                }
             }
             Err(error) => {
                 self.state.metrics.reload("allowlist", false);
@@ -248,11 +279,132 @@ impl Reloader {
                     }
                     std::thread::sleep(nap);
                     slept += nap;
-                    if slept >= interval {
+                    // A CSV change is merged at once: it arrives by watch,
+                    // not by polling.
+                    if slept >= interval || self.installed_changed() {
                         slept = Duration::ZERO;
                         self.poll();
                     }
                 }
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::tls::{DevCa, Usage};
+
+    const REPOSITORY: &str = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8";
+    const DIGEST_1_20_1: &str = "sha256:1201000000000000000000000000000000000000000000000000000000000000";
+    const DIGEST_1_21_0: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+
+    fn csv(file: &str, name: &str) -> Source {
+        let path = format!("{}/tests/data/allowlists/{file}", env!("CARGO_MANIFEST_DIR"));
+        Source {
+            name: format!("{}redhat-ods-operator/{name}", crate::audit::installed::INSTALLED),
+            text: std::fs::read_to_string(path).unwrap(),
+        }
+    }
+
+    /// A reloader over one allowlist file (`text`) and the installed CSVs,
+    /// as `start` makes it when `--allowlist-csv` is given.
+    fn reloader(name: &str, text: &str, policy: Policy) -> (Reloader, Arc<State>, Arc<Installed>) {
+        let dir = std::env::temp_dir().join(format!("digest-gate-reload-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let issued = DevCa::new("test CA")
+            .unwrap()
+            .issue(&["localhost"], Usage::Server)
+            .unwrap();
+        let files = CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        };
+        std::fs::write(&files.cert, &issued.cert_pem).unwrap();
+        std::fs::write(&files.key, &issued.key_pem).unwrap();
+        let list = dir.join("allowlist.txt");
+        std::fs::write(&list, text).unwrap();
+        let provider = tls::provider();
+        let key = tls::load_key_pair(&files.cert, &files.key, &provider).unwrap();
+        let (seen, loaded) = load_allowlist(std::slice::from_ref(&list), &[]);
+        let state = Arc::new(State::new(loaded.unwrap().allowlist, policy));
+        state.ready.wait_for_sources();
+        let installed = Arc::new(Installed::default());
+        let reloader = Reloader::new(
+            state.clone(),
+            vec![list],
+            Some(installed.clone()),
+            seen,
+            files,
+            Arc::new(CertStore::new(key)),
+            provider,
+        );
+        (reloader, state, installed)
+    }
+
+    fn promoted(state: &State, digest: &str) -> bool {
+        state.allowlist.load().candidates(REPOSITORY).is_promoted(digest)
+    }
+
+    #[test]
+    fn installed_csvs_merge_with_the_files_and_follow_an_upgrade() {
+        let (mut reloader, state, installed) = reloader(
+            "merge",
+            "quay.io/org/other@sha256:00000000000000000000000000000000000000000000000000000000000000aa\n",
+            Policy::default(),
+        );
+        // Not listed yet: nothing to merge, and not ready.
+        reloader.poll();
+        assert!(state.ready.check().is_err());
+        assert!(!promoted(&state, DIGEST_1_21_0));
+
+        // During the upgrade both releases are installed.
+        installed.publish(vec![
+            csv("rhods-operator.1.20.1.csv.yaml", "rhods-operator.1.20.1"),
+            csv("rhods-operator.csv.yaml", "rhods-operator.1.21.0"),
+        ]);
+        assert!(
+            reloader.installed_changed(),
+            "the reloader must notice without waiting for a stat change"
+        );
+        reloader.poll();
+        assert_eq!(state.ready.check(), Ok(()));
+        assert!(promoted(&state, DIGEST_1_20_1) && promoted(&state, DIGEST_1_21_0));
+        let allowlist = state.allowlist.load();
+        assert!(
+            allowlist.repository("quay.io/org/other").is_some(),
+            "the file stays merged"
+        );
+        let (newest, by) = allowlist.candidates(REPOSITORY).newest_release().unwrap();
+        assert_eq!(newest.digest.as_ref(), DIGEST_1_21_0);
+        assert_eq!(
+            by.origin,
+            "ClusterServiceVersion rhods-operator.1.21.0 (installed)"
+        );
+
+        // OLM deletes the old release: one candidate.
+        installed.publish(vec![csv("rhods-operator.csv.yaml", "rhods-operator.1.21.0")]);
+        reloader.poll();
+        assert!(!promoted(&state, DIGEST_1_20_1) && promoted(&state, DIGEST_1_21_0));
+        assert!(!reloader.installed_changed());
+    }
+
+    /// Files and CSVs that promote nothing: refused like an emptied file,
+    /// and the server stays unready rather than deny everything.
+    #[test]
+    fn an_empty_merge_is_refused_and_leaves_the_server_unready() {
+        let (mut reloader, state, installed) = reloader("empty", "", Policy::default());
+        installed.publish(Vec::new());
+        reloader.poll();
+        assert!(state.ready.check().is_err());
+        let metrics = state.metrics.encode();
+        assert!(
+            metrics.contains("digest_gate_reloads_total{source=\"allowlist\",result=\"failure\"} 1"),
+            "{metrics}"
+        );
+        installed.publish(vec![csv("rhods-operator.csv.yaml", "rhods-operator.1.21.0")]);
+        reloader.poll();
+        assert_eq!(state.ready.check(), Ok(()));
     }
 }

@@ -99,7 +99,7 @@ def test_objects_validate_against_kubernetes_schemas(mode, version):
     values = dict(CERT_MODES[mode])
     values.update({"metrics": {"service": {"enabled": True}, "serviceMonitor": {"enabled": True}},
                    "networkPolicy": {"enabled": True}, "webhook": {"inferenceServices": True, "workloads": True},
-                   "audit": AUDIT_ALL})
+                   "audit": AUDIT_ALL, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}})
     objects = render(values)
     checked = 0
     for obj in objects:
@@ -546,6 +546,51 @@ def test_audit_flags_token_and_egress():
     assert egress == {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
     # All namespaces by default: no selector flag.
     assert not any(a.startswith("--audit-namespace-selector") for a in args(render({"audit": {"enabled": True}})))
+
+
+FROM_OPERATORS = [{"namespace": "redhat-ods-operator", "namePrefixes": ["rhods-operator"]},
+                  {"namespace": "openshift-operators"},
+                  {"namespace": "redhat-ods-operator", "namePrefixes": ["odh-model-controller", "other"]}]
+CSV_ROLE = f"{RELEASE}-digest-gate-csvs"
+
+
+def test_installed_operators_flags_role_token_and_egress():
+    objects = render({"allowlist": {"fromInstalledOperators": FROM_OPERATORS}, "networkPolicy": {"enabled": True}})
+    csv_flags = [a for a in args(objects) if a.startswith("--allowlist-csv")]
+    assert csv_flags == ["--allowlist-csv=redhat-ods-operator/rhods-operator", "--allowlist-csv=openshift-operators",
+                         "--allowlist-csv=redhat-ods-operator/odh-model-controller",
+                         "--allowlist-csv=redhat-ods-operator/other"]
+    # The files stay a source: the CSVs are merged with them.
+    assert "--allowlist=/etc/digest-gate/allowlist" in args(objects)
+    # One Role per namespace, list and watch of CSVs only, bound to the pod's account.
+    roles = find(objects, "Role", CSV_ROLE)
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["openshift-operators", "redhat-ods-operator"]
+    for role in roles:
+        (rule,) = role["rules"]
+        assert rule == {"apiGroups": ["operators.coreos.com"], "resources": ["clusterserviceversions"],
+                        "verbs": ["list", "watch"]}
+    bindings = find(objects, "RoleBinding", CSV_ROLE)
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["openshift-operators", "redhat-ods-operator"]
+    for binding in bindings:
+        assert binding["roleRef"]["name"] == CSV_ROLE
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": one(objects, "ServiceAccount")["metadata"]["name"],
+                                        "namespace": NAMESPACE}]
+    # The token the watch reads with, egress to the apiserver; and no audit rights.
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    (egress,) = one(objects, "NetworkPolicy")["spec"]["egress"]
+    assert {p["port"] for p in egress["ports"]} == {443, 6443}
+    assert not find(objects, "ClusterRole")
+    # Off by default: no flag, no Role.
+    default = render({})
+    assert not [a for a in args(default) if a.startswith("--allowlist-csv")] and not find(default, "Role", CSV_ROLE)
+
+
+@pytest.mark.parametrize("entry", [{"namePrefixes": ["x"]}, {"namespace": "Bad_NS"},
+                                   {"namespace": "ns", "namePrefixes": ["a/b"]}, {"namespace": "ns", "prefix": "x"}])
+def test_installed_operators_entries_are_checked(entry):
+    with pytest.raises(Exception) as err:
+        render({"allowlist": {"fromInstalledOperators": [entry]}})
+    assert "fromInstalledOperators" in str(err.value)
 
 
 def test_policy_report_crds_are_opt_in_verbatim_and_kept():

@@ -413,7 +413,8 @@ class WebhookPod:
         for name, volume in self.volumes.items():
             self._mount(self.state / "volumes" / name, self._volume_files(volume))
 
-    def start(self, timeout: float = WAIT_TIMEOUT) -> "WebhookPod":
+    def start(self, timeout: float = WAIT_TIMEOUT, *, ready: bool = True) -> "WebhookPod":
+        """Starts the container, and unless `ready` is False waits for /readyz."""
         deployment = self.cluster.get("deployment", self.deployment, self.namespace)
         assert deployment, f"Deployment {self.namespace}/{self.deployment} is missing"
         pod = deployment["spec"]["template"]["spec"]
@@ -458,10 +459,13 @@ class WebhookPod:
             env["KUBECONFIG"] = str(self._service_account_kubeconfig(pod["serviceAccountName"]))
         self.process = Process("digest-gate", [str(binary()), *args], self.log_path, env=env)
 
-        def ready():
+        def is_ready():
             self.process.check_alive()
             return self.admin("/readyz")[0] == 200
-        wait_until("digest-gate /readyz", ready, timeout)
+        if ready:
+            wait_until("digest-gate /readyz", is_ready, timeout)
+        else:
+            wait_until("digest-gate's admin port", lambda: self.admin("/healthz")[0] == 200, timeout)
         return self
 
     @property

@@ -172,17 +172,22 @@ class Release:
 
 
 def previous_chart(version: str, into: pathlib.Path) -> pathlib.Path:
-    """The chart as released at `version`, from git history: the newest
-    commit whose Chart.yaml says that version."""
-    log = subprocess.run(["git", "log", "--format=%H", "--", "charts/digest-gate/Chart.yaml"], cwd=ROOT,
-                         check=True, capture_output=True, text=True).stdout.split()
+    """The chart as released at `version`, from git history: the last commit
+    whose Chart.yaml says that version — the parent of the commit that moved
+    it on, not the commit that first set it (the work of a release lands
+    after its version bump)."""
+    log = subprocess.run(["git", "log", "--first-parent", "--format=%H", "--", "charts/digest-gate/Chart.yaml"],
+                         cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+    moved_on = None
     for commit in log:
         text = subprocess.run(["git", "show", f"{commit}:charts/digest-gate/Chart.yaml"], cwd=ROOT,
                               check=True, capture_output=True, text=True).stdout
         if yaml.safe_load(text).get("version") == version:
-            archive = subprocess.run(["git", "archive", commit, "charts/digest-gate"], cwd=ROOT, check=True,
+            released = f"{moved_on}^" if moved_on else "HEAD"
+            archive = subprocess.run(["git", "archive", released, "charts/digest-gate"], cwd=ROOT, check=True,
                                      capture_output=True).stdout
             into.mkdir(parents=True, exist_ok=True)
             subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
             return into / "charts" / "digest-gate"
+        moved_on = commit
     raise AssertionError(f"no commit in this clone's history has chart version {version} (shallow clone?)")

@@ -207,6 +207,16 @@ def test_upgrade_from_0_3_0_changes_only_versions_and_messages(cluster, release,
     assert release.pod.metric("digest_gate_images_total", verdict="deny", reason="placeholder") == 1
 
 
+def test_upgrade_from_0_4_0_changes_only_versions(cluster, release, models, tmp_path):
+    old = previous_chart("0.4.0", tmp_path / "old")
+    before = release.install(release.values(), chart=old, raw=True)
+    after = release.upgrade()
+    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.4.0"
+    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
     """The loopback pod serves exactly the chart's Secret; the apiserver's
     view of the CA is the bundle in the webhook configurations."""

@@ -263,6 +263,13 @@ its Lease. */}}
 {{- printf "%s-audit" (include "digest-gate.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* "true" when the pod calls the apiserver: the background audit, or the
+watch of allowlist.fromInstalledOperators. It then gets a token, and with
+networkPolicy an egress rule. */}}
+{{- define "digest-gate.callsApiServer" -}}
+{{- if or .Values.audit.enabled .Values.allowlist.fromInstalledOperators }}true{{ else }}false{{ end }}
+{{- end }}
+
 {{/* audit.namespaceSelector (matchLabels, matchExpressions) as the label
 selector string `--audit-namespace-selector` takes; empty for all. */}}
 {{- define "digest-gate.auditNamespaceSelector" -}}

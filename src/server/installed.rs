@@ -1,0 +1,115 @@
+//! `serve --allowlist-csv`: the installed operators' ClusterServiceVersions,
+//! followed with a watch on a thread of its own, as allowlist sources the
+//! reloader merges with the files.
+//!
+//! Until every namespace named has been listed whole the server is not
+//! ready: an allowlist without the operator's digests would deny (or
+//! rewrite) what the operator promotes. After that a failing watch keeps the
+//! CSVs last seen, as a failing reload keeps the last good allowlist.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::State;
+use crate::allowlist::Source;
+use crate::audit::installed::{self, Csvs, Followed};
+use crate::audit::{Connection, Settings};
+
+/// The CSVs installed now, as the watch last saw them complete. Written by
+/// the watch thread, read by the reloader.
+#[derive(Debug, Default)]
+pub struct Installed {
+    /// Bumped on every change, so the reloader notices one without a lock.
+    generation: AtomicU64,
+    /// None until every namespace has been listed.
+    sources: Mutex<Option<Arc<[Source]>>>,
+}
+
+impl Installed {
+    /// Puts a complete set in force.
+    pub fn publish(&self, sources: Vec<Source>) {
+        *self.sources.lock().unwrap_or_else(|p| p.into_inner()) = Some(sources.into());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts changes; 0 until the first complete set.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The set in force, once there is one.
+    pub fn sources(&self) -> Option<Arc<[Source]>> {
+        self.sources.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// How long to wait before connecting again after the kubeconfig could not
+/// be used.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Follows `specs` into `installed` until `stop` turns true, on a thread and
+/// runtime of its own (a relist of large CSVs never holds a worker reviews
+/// need).
+pub fn spawn(
+    specs: Vec<Csvs>,
+    settings: Settings,
+    installed: Arc<Installed>,
+    state: Arc<State>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("csv-watch".into()).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(r) => r,
+            Err(e) => {
+                state.metrics.reload(SOURCE, false);
+                tracing::error!(error = %e, "installed ClusterServiceVersions: cannot start the watch's runtime");
+                return;
+            }
+        };
+        runtime.block_on(async move {
+            let connection = loop {
+                match Connection::open(&settings).await {
+                    Ok(c) => break c,
+                    Err(error) => {
+                        state.metrics.reload(SOURCE, false);
+                        tracing::error!(%error, "installed ClusterServiceVersions: no cluster connection; retrying");
+                        if tokio::time::timeout(RETRY, stop.wait_for(|s| *s)).await.is_ok() {
+                            return;
+                        }
+                    }
+                }
+            };
+            let named: Vec<String> = specs.iter().map(Csvs::to_string).collect();
+            tracing::info!(server = %connection.server, csvs = %named.join(","), "watching the installed ClusterServiceVersions");
+            let tell = |followed| match followed {
+                Followed::Installed(sources) => {
+                    let names: Vec<&str> = sources
+                        .iter()
+                        .map(|s| s.name.strip_prefix(installed::INSTALLED).unwrap_or(&s.name))
+                        .collect();
+                    tracing::info!(csvs = %names.join(","), "installed ClusterServiceVersions changed");
+                    state.metrics.reload(SOURCE, true);
+                    installed.publish(sources);
+                }
+                Followed::Failed(error) => {
+                    state.metrics.reload(SOURCE, false);
+                    if installed.generation() == 0 {
+                        tracing::warn!(%error, "installed ClusterServiceVersions: cannot read them; retrying, not ready until they are read");
+                    } else {
+                        tracing::warn!(%error, "installed ClusterServiceVersions: the watch failed; retrying, the CSVs read last stay in force");
+                    }
+                }
+            };
+            tokio::select! {
+                () = installed::follow(&connection, &specs, tell) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        });
+    })
+}
+
+/// The `source` label of this watch's reload counts.
+pub const SOURCE: &str = "installed-csvs";
