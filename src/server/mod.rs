@@ -9,11 +9,11 @@ pub mod tls;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -388,9 +388,31 @@ fn http_builder(config: &Config) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Serves `router` over TLS on `listener` until `drain` fires, then finishes
-/// in-flight requests within the grace period. Public so the load
-/// benchmark's baseline webhook runs the very same connection handling.
+/// Where a drain is, as each connection sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Serving,
+    /// Readiness is 503 and the listener still accepts (`--drain-delay`):
+    /// every connection is told to go elsewhere at its next chance.
+    Draining,
+    /// The listener is closed; what is left has the grace period.
+    Closing,
+}
+
+/// Serves `router` over TLS on `listener` until `drain` fires, then drains
+/// without dropping a review. The apiserver keeps idle connections and does
+/// not retry a POST that fails on one, so no connection may close under a
+/// client that has just sent on it:
+/// - during the drain delay every HTTP/1.1 answer carries `Connection:
+///   close` (the client knows not to reuse the connection, and hyper closes
+///   it after that answer), and each HTTP/2 connection gets a GOAWAY (the
+///   client opens new streams elsewhere; those in flight finish);
+/// - when the delay ends, connections still open — idle since the drain
+///   began — close with a TLS close_notify, so a client sees a clean end
+///   rather than a reset, and in-flight reviews get the grace period.
+///
+/// Public so the load benchmark's baseline webhook runs the very same
+/// connection handling.
 pub async fn serve_tls(
     listener: TcpListener,
     acceptor: TlsAcceptor,
@@ -400,12 +422,19 @@ pub async fn serve_tls(
     mut drain: watch::Receiver<bool>,
 ) {
     let builder = http_builder(config);
-    let service = TowerToHyperService::new(router);
-    let graceful = GracefulShutdown::new();
+    let (phase_tx, phase) = watch::channel(Phase::Serving);
+    let service = TowerToHyperService::new(router.layer(axum::middleware::from_fn_with_state(
+        phase.clone(),
+        close_while_draining,
+    )));
+    // Each established connection holds a sender; when all are dropped the
+    // receiver sees the end.
+    let (open_tx, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     let slots = Arc::new(Semaphore::new(config.max_connections));
 
     let stopping = async {
         let _ = drain.wait_for(|d| *d).await;
+        let _ = phase_tx.send(Phase::Draining);
         tokio::time::sleep(config.drain_delay).await;
     };
     let mut stopping = std::pin::pin!(stopping);
@@ -429,21 +458,49 @@ pub async fn serve_tls(
             () = &mut stopping => break,
         };
         let _ = tcp.set_nodelay(true);
-        let watcher = graceful.watcher();
         let acceptor = acceptor.clone();
         let builder = builder.clone();
         let service = service.clone();
         let state = state.clone();
         let handshake_timeout = config.handshake_timeout;
+        let mut phase = phase.clone();
+        let open = open_tx.clone();
         tokio::spawn(async move {
             let _permit = permit;
             state.metrics.connection_opened();
             match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
-                    let conn = builder
-                        .serve_connection(TokioIo::new(stream), service)
-                        .into_owned();
-                    if let Err(e) = watcher.watch(conn).await {
+                    let _open = open;
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    // A connection that has not sent its first request yet
+                    // was opened to send one: closing it would fail that
+                    // request. It is left to be answered (with `Connection:
+                    // close`), or to the header read timeout.
+                    let served = Arc::new(AtomicBool::new(false));
+                    let seen = served.clone();
+                    let service = hyper::service::service_fn(move |request| {
+                        seen.store(true, Ordering::Relaxed);
+                        hyper::service::Service::call(&service, request)
+                    });
+                    // HTTP/2 is told at once (GOAWAY); an HTTP/1.1 connection
+                    // is told by its next answer, and closed here only once
+                    // the listener is.
+                    let told_at = if h2 { Phase::Draining } else { Phase::Closing };
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let mut conn = std::pin::pin!(conn);
+                    let mut told = false;
+                    let ended = loop {
+                        tokio::select! {
+                            ended = conn.as_mut() => break ended,
+                            _ = phase.wait_for(|p| *p >= told_at), if !told => {
+                                told = true;
+                                if h2 || served.load(Ordering::Relaxed) {
+                                    conn.as_mut().graceful_shutdown();
+                                }
+                            }
+                        }
+                    };
+                    if let Err(e) = ended {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                 }
@@ -460,11 +517,32 @@ pub async fn serve_tls(
         });
     }
     drop(listener);
+    drop(open_tx);
+    let _ = phase_tx.send(Phase::Closing);
     tracing::info!(grace_period = ?config.grace_period, "stopped accepting; finishing in-flight reviews");
-    match tokio::time::timeout(config.grace_period, graceful.shutdown()).await {
-        Ok(()) => tracing::info!("all connections closed"),
+    match tokio::time::timeout(config.grace_period, all_closed.recv()).await {
+        Ok(_) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
     }
+}
+
+/// Adds `Connection: close` to HTTP/1 answers once the drain has begun.
+async fn close_while_draining(
+    axum::extract::State(phase): axum::extract::State<watch::Receiver<Phase>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let http1 = request.version() < axum::http::Version::HTTP_2;
+    let mut response = next.run(request).await;
+    // Asked after the review is judged: a review that began before the
+    // drain and ends during it is the connection's last.
+    if http1 && *phase.borrow() != Phase::Serving {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 #[cfg(test)]
