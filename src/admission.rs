@@ -15,7 +15,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::allowlist::Allowlist;
+use crate::allowlist::{Allowlist, Source};
 use crate::judge::{self, ImageJudgement, Judgement, ObjectVerdict, Outcome};
 use crate::objects;
 use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
@@ -78,10 +78,10 @@ impl BadReview {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn {
+struct ReviewIn<O> {
     api_version: Option<String>,
     kind: Option<String>,
-    request: Option<RequestIn>,
+    request: Option<RequestIn<O>>,
 }
 
 #[derive(Deserialize)]
@@ -92,9 +92,12 @@ struct GroupVersionKind {
     kind: String,
 }
 
+/// A review's request, its objects decoded as `O`: pruned to what the
+/// walkers read ([`ObjectIn`]) for the image reviews, whole for the
+/// allowlist check.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RequestIn {
+struct RequestIn<O = ObjectIn> {
     uid: String,
     kind: GroupVersionKind,
     #[serde(default)]
@@ -104,10 +107,10 @@ struct RequestIn {
     #[serde(default)]
     namespace: Option<String>,
     operation: String,
-    #[serde(default)]
-    object: Option<ObjectIn>,
-    #[serde(default)]
-    old_object: Option<ObjectIn>,
+    #[serde(default = "none")]
+    object: Option<O>,
+    #[serde(default = "none")]
+    old_object: Option<O>,
     #[serde(default)]
     dry_run: Option<bool>,
 }
@@ -116,6 +119,28 @@ struct RequestIn {
 /// [`objects::OBJECT`]): a pod's env, probes and managedFields are skipped
 /// without being allocated, which is most of a review's decoding cost.
 struct ObjectIn(Value);
+
+/// Serde's `default` for an optional field of a generic type.
+fn none<O>() -> Option<O> {
+    None
+}
+
+/// What [`encode`] reads of a decoded object.
+trait Decoded {
+    fn value(&self) -> &Value;
+}
+
+impl Decoded for ObjectIn {
+    fn value(&self) -> &Value {
+        &self.0
+    }
+}
+
+impl Decoded for Value {
+    fn value(&self) -> &Value {
+        self
+    }
+}
 
 impl<'de> Deserialize<'de> for ObjectIn {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -189,7 +214,13 @@ pub fn answer(
     policy: &Policy,
     allowlist: &Allowlist,
 ) -> Result<Answer, BadReview> {
-    let review: ReviewIn = serde_json::from_slice(body).map_err(|e| explain_decode_error(body, e))?;
+    let request: RequestIn = decode(body)?;
+    Ok(judge(endpoint, &request, policy, allowlist))
+}
+
+/// Decodes an `admission.k8s.io/v1` AdmissionReview's request.
+fn decode<O: serde::de::DeserializeOwned>(body: &[u8]) -> Result<RequestIn<O>, BadReview> {
+    let review: ReviewIn<O> = serde_json::from_slice(body).map_err(|e| explain_decode_error(body, e))?;
     match review.api_version.as_deref() {
         Some(API_VERSION) => {}
         other => return Err(BadReview::ApiVersion(other.unwrap_or("").to_owned())),
@@ -202,7 +233,91 @@ pub fn answer(
     if request.uid.is_empty() {
         return Err(BadReview::NoUid);
     }
-    Ok(judge(endpoint, &request, policy, allowlist))
+    Ok(request)
+}
+
+/// Decodes the review of an allowlist ConfigMap (labelled
+/// `digest-gate.dev/allowlist`), has `check` load its keys as the server
+/// loads the files of the mounted ConfigMap — every key not starting with
+/// `.`, in name order, named by key — and encodes the answer: denied with
+/// the loader's `key:line: message` when they do not load, so a broken edit
+/// is refused before any replica reads it.
+pub fn answer_allowlist(
+    body: &[u8],
+    check: impl FnOnce(&[Source]) -> Result<(), String>,
+) -> Result<Answer, BadReview> {
+    let request: RequestIn<Value> = decode(body)?;
+    let response = match (request.operation.as_str(), request.object.as_ref()) {
+        ("CREATE" | "UPDATE", Some(Value::Object(object))) => {
+            match configmap_sources(object).and_then(|sources| check(&sources)) {
+                Ok(()) => Response::allow(ObjectVerdict::Allow),
+                // 403 as for image denials: kubectl prints the message of
+                // a 403, while for a 422 without field causes it prints only
+                // "The request is invalid".
+                Err(errors) => Response::refuse(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "this digest-gate allowlist does not load, so no replica would use it (each keeps its last good allowlist):\n{errors}"
+                    ),
+                ),
+            }
+        }
+        ("CREATE" | "UPDATE", _) => Response::refuse(
+            400,
+            "BadRequest",
+            format!(
+                "a {} review must carry a ConfigMap as request.object",
+                request.operation
+            ),
+        ),
+        // Deleting is how an allowlist is retired (and Helm uninstalls).
+        _ => Response::allow(ObjectVerdict::Allow),
+    };
+    Ok(encode(&request, response))
+}
+
+/// A ConfigMap's keys as the files the kubelet mounts: `data` as text,
+/// `binaryData` decoded (and refused, as the server refuses the file,
+/// unless it is UTF-8 text). Keys starting with `.` are hidden files, which
+/// the server skips.
+fn configmap_sources(object: &serde_json::Map<String, Value>) -> Result<Vec<Source>, String> {
+    let mut sources = Vec::new();
+    let mut errors = Vec::new();
+    let entries = |field: &str| {
+        object
+            .get(field)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| !key.starts_with('.'))
+    };
+    for (key, value) in entries("data") {
+        match value.as_str() {
+            Some(text) => sources.push(Source {
+                name: key.clone(),
+                text: text.to_owned(),
+            }),
+            None => errors.push(format!("{key}: is not a string")),
+        }
+    }
+    for (key, value) in entries("binaryData") {
+        let bytes = value
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+        match bytes.map(String::from_utf8) {
+            Some(Ok(text)) => sources.push(Source {
+                name: key.clone(),
+                text,
+            }),
+            _ => errors.push(format!("{key}: is not UTF-8 text")),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.join("\n"));
+    }
+    sources.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(sources)
 }
 
 /// A review that does not decode may simply be another version (v1beta1
@@ -405,7 +520,7 @@ fn denial_message(messages: Vec<String>) -> String {
     joined
 }
 
-fn encode(request: &RequestIn, response: Response) -> Answer {
+fn encode<O: Decoded>(request: &RequestIn<O>, response: Response) -> Answer {
     let message = response.status.as_ref().map(|s| s.message.clone());
     let out = ReviewOut {
         api_version: API_VERSION,
@@ -420,7 +535,7 @@ fn encode(request: &RequestIn, response: Response) -> Answer {
             audit_annotations: response.audit,
         },
     };
-    let object = request.object.as_ref().map(|o| &o.0);
+    let object = request.object.as_ref().map(Decoded::value);
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_owned();
     Answer {
         body: serde_json::to_vec(&out).expect("responses serialise"),

@@ -86,6 +86,7 @@ pub struct Metrics {
     last_reload: Family<SourceLabels, Gauge<f64, AtomicU64>>,
     allowlist_repositories: Gauge,
     allowlist_digests: Gauge,
+    allowlist_stale: Gauge,
     tls_handshake_failures: Counter,
     open_connections: Gauge,
     audit_findings: Family<AuditLabels, Gauge>,
@@ -143,7 +144,7 @@ impl Metrics {
             reloads: add(
                 &mut r,
                 "reloads",
-                "Reloads of the allowlist and the TLS certificate, by result",
+                "Reloads of the allowlist, the installed CSVs and the TLS certificate, by result (success, failure; empty: an allowlist that promotes nothing, accepted in audit mode)",
                 Family::<ReloadLabels, Counter>::default(),
             ),
             last_reload: add(
@@ -162,6 +163,12 @@ impl Metrics {
                 &mut r,
                 "allowlist_digests",
                 "Promoted (repository, digest) pairs in the allowlist in force",
+                Gauge::default(),
+            ),
+            allowlist_stale: add(
+                &mut r,
+                "allowlist_stale",
+                "1 while the allowlist in force is not the one mounted: it failed to load, and the last good one (kept in memory, or in --state-dir across a restart) serves",
                 Gauge::default(),
             ),
             tls_handshake_failures: add(
@@ -268,9 +275,18 @@ impl Metrics {
 
     /// Records a reload attempt of `source` (`allowlist` or `certificate`).
     pub fn reload(&self, source: &'static str, ok: bool) {
-        let result = if ok { "success" } else { "failure" };
+        self.reload_as(source, if ok { "success" } else { "failure" });
+    }
+
+    /// Records a reload of an allowlist that promotes nothing: it loaded
+    /// (audit mode accepts it) but every image will be reported.
+    pub fn reload_empty(&self, source: &'static str) {
+        self.reload_as(source, "empty");
+    }
+
+    fn reload_as(&self, source: &'static str, result: &'static str) {
         self.reloads.get_or_create(&ReloadLabels { source, result }).inc();
-        if ok {
+        if result != "failure" {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
@@ -284,6 +300,11 @@ impl Metrics {
             .set(i64::try_from(repositories).unwrap_or(i64::MAX));
         self.allowlist_digests
             .set(i64::try_from(digests).unwrap_or(i64::MAX));
+    }
+
+    /// Whether the allowlist in force is an older one than the mounted.
+    pub fn allowlist_stale(&self, stale: bool) {
+        self.allowlist_stale.set(i64::from(stale));
     }
 
     /// Counts a failed TLS handshake.

@@ -76,6 +76,94 @@ async fn mutate_and_validate_in_process() {
     assert!(verdict["response"].get("patch").is_none());
 }
 
+/// An allowlist ConfigMap as the chart renders it, with `data`.
+fn allowlist_configmap(data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "dg-digest-gate-allowlist", "namespace": "digest-gate",
+                        "labels": {"digest-gate.dev/allowlist": "true"}},
+           "data": data})
+}
+
+/// Issue 15: an allowlist edit that would not load is refused before any
+/// replica reads it, with the loader's `key:line: message`; one that loads
+/// is admitted; deleting one is not this check's business.
+#[tokio::test]
+async fn allowlist_configmaps_are_checked_as_the_server_loads_them() {
+    let s = state();
+    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    let ask = async |operation: &str, object: Value| {
+        let body = serde_json::to_vec(&review("cm", operation, &object, None)).unwrap();
+        let (status, answer) = oneshot(&s, post("/validate-allowlist", "application/json", body)).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_contract(&answer, "cm");
+        answer["response"].clone()
+    };
+    let good = allowlist_configmap(json!({"allowlist.yaml": example}));
+    assert_eq!(ask("CREATE", good.clone()).await["allowed"], true);
+
+    // A bad digest on line 3 of the second key (keys load in name order).
+    let broken = allowlist_configmap(json!({
+        "allowlist.yaml": example,
+        "more.txt": "# promoted by hand\n\nquay.io/org/tool@sha256:abc\n",
+        "..data": "hidden files are not read",
+    }));
+    let denied = ask("UPDATE", broken.clone()).await;
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(denied["status"]["code"], 403);
+    let message = denied["status"]["message"].as_str().unwrap();
+    assert!(message.contains("\nmore.txt:3: "), "{message}");
+    assert!(
+        message.contains("a sha256 digest has 64 hex characters"),
+        "{message}"
+    );
+    assert!(!message.contains("..data"), "{message}");
+
+    // Promoting nothing would deny every image: refused too.
+    let empty = allowlist_configmap(json!({"allowlist.yaml": "# nothing yet\n"}));
+    let denied = ask("CREATE", empty).await;
+    assert!(
+        denied["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("promotes no repository"),
+        "{denied}"
+    );
+    // In audit mode an empty first allowlist is fine.
+    let audit = Arc::new({
+        let allowlist = digest_gate::testing::incident_allowlist();
+        State::new(
+            allowlist,
+            Policy {
+                mode: Mode::Audit,
+                ..Policy::default()
+            },
+        )
+    });
+    let body = serde_json::to_vec(&review(
+        "cm",
+        "CREATE",
+        &allowlist_configmap(json!({"a.txt": ""})),
+        None,
+    ))
+    .unwrap();
+    let (_, answer) = oneshot(&audit, post("/validate-allowlist", "application/json", body)).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+
+    // binaryData is a file too; the server reads only UTF-8 text.
+    let mut binary = good.clone();
+    binary["binaryData"] = json!({"blob.bin": "/w=="});
+    let denied = ask("CREATE", binary).await;
+    assert!(
+        denied["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("blob.bin: is not UTF-8 text"),
+        "{denied}"
+    );
+
+    assert_eq!(ask("DELETE", broken).await["allowed"], true);
+}
+
 fn too_large() -> Vec<u8> {
     vec![b' '; state().max_body_bytes + 1]
 }
@@ -632,6 +720,164 @@ async fn graceful_shutdown_finishes_in_flight_reviews() {
     tokio::time::timeout(Duration::from_secs(10), h.running.wait())
         .await
         .expect("the server stops after draining");
+}
+
+/// A server on `list_dir` and `state_dir` with fresh certificates, as a
+/// container (re)starting in the same pod: the emptyDir survives.
+async fn start_in(dir: &Path, list_dir: &Path, state_dir: &Path) -> Result<(Pki, server::Running), String> {
+    let pki = Pki::new("test CA");
+    let tls_dir = dir.join("tls");
+    std::fs::create_dir_all(&tls_dir).unwrap();
+    let issued = pki.server();
+    std::fs::write(tls_dir.join("tls.crt"), &issued.cert_pem).unwrap();
+    std::fs::write(tls_dir.join("tls.key"), &issued.key_pem).unwrap();
+    let mut config = Config::new(
+        tls_dir.join("tls.crt"),
+        tls_dir.join("tls.key"),
+        vec![list_dir.to_owned()],
+        Policy::default(),
+    );
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.reload_interval = Duration::from_millis(100);
+    config.state_dir = Some(state_dir.to_owned());
+    server::start(config)
+        .await
+        .map(|r| (pki, r))
+        .map_err(|e| e.to_string())
+}
+
+async fn metric_line(running: &server::Running, prefix: &str) -> String {
+    let (_, text) = admin_get(running.admin_addr, "/metrics").await;
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Issue 15: a bad allowlist edit followed by a container restart (node
+/// drain, OOM) must not take admission down. The running server keeps the
+/// last allowlist that loaded in --state-dir; the restarted one serves it,
+/// ready, and says loudly that it does; a good edit puts things right.
+#[tokio::test]
+async fn a_restart_with_a_broken_allowlist_serves_the_last_good_one() {
+    let dir = scratch("last-good");
+    let (list_dir, state_dir) = (dir.join("allowlist"), dir.join("state"));
+    std::fs::create_dir_all(&list_dir).unwrap();
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    kubelet_write(&list_dir, &[("allowlist.yaml", &example)], 0);
+    let (_, first) = start_in(&dir, &list_dir, &state_dir).await.unwrap();
+    first.drain();
+    first.wait().await;
+
+    // The bad edit lands while no container runs; then it restarts.
+    let broken = example.replace(PROMOTED, "sha256:abc");
+    kubelet_write(&list_dir, &[("allowlist.yaml", &broken)], 1);
+    let (pki, second) = start_in(&dir, &list_dir, &state_dir)
+        .await
+        .expect("starts on the last good copy");
+    assert_eq!(admin_get(second.admin_addr, "/readyz").await.0, StatusCode::OK);
+    assert_eq!(
+        metric_line(&second, "digest_gate_allowlist_stale").await,
+        "digest_gate_allowlist_stale 1"
+    );
+    assert!(
+        metric_line(
+            &second,
+            "digest_gate_reloads_total{source=\"allowlist\",result=\"failure\"}"
+        )
+        .await
+        .ends_with(" 1")
+    );
+    // It judges with what it kept: the incident's digest is rewritten.
+    let mut client = Client::open(second.webhook_addr, &pki.ca_pem).await;
+    let answer = client
+        .review("/mutate", &review("kept", "CREATE", &incident_runtime(), None))
+        .await;
+    let patched = apply_patch(&answer, &incident_runtime());
+    assert_eq!(
+        patched["spec"]["containers"][0]["image"],
+        format!("{OVMS}@{PROMOTED}")
+    );
+
+    // The fix arrives: in force, and no longer stale.
+    kubelet_write(&list_dir, &[("allowlist.yaml", &example)], 2);
+    eventually(
+        "the fixed allowlist to load",
+        Duration::from_secs(10),
+        async || metric_line(&second, "digest_gate_allowlist_stale").await == "digest_gate_allowlist_stale 0",
+    )
+    .await;
+    second.drain();
+    second.wait().await;
+}
+
+/// A brand-new pod (nothing kept) with a broken allowlist neither exits
+/// (a crash loop) nor serves: it is not ready, says why, and becomes ready
+/// when the allowlist is fixed. Services keep routing to healthy replicas.
+#[tokio::test]
+async fn a_new_pod_with_a_broken_allowlist_waits_unready() {
+    let dir = scratch("no-last-good");
+    let (list_dir, state_dir) = (dir.join("allowlist"), dir.join("state"));
+    std::fs::create_dir_all(&list_dir).unwrap();
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    kubelet_write(
+        &list_dir,
+        &[("allowlist.yaml", &example.replace(PROMOTED, "sha256:abc"))],
+        0,
+    );
+    let (_, running) = start_in(&dir, &list_dir, &state_dir)
+        .await
+        .expect("waits instead of exiting");
+    let (status, body) = admin_get(running.admin_addr, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("no last good copy"), "{body}");
+    assert_eq!(
+        metric_line(&running, "digest_gate_allowlist_stale").await,
+        "digest_gate_allowlist_stale 1"
+    );
+
+    kubelet_write(&list_dir, &[("allowlist.yaml", &example)], 1);
+    eventually(
+        "ready once the allowlist loads",
+        Duration::from_secs(10),
+        async || admin_get(running.admin_addr, "/readyz").await.0 == StatusCode::OK,
+    )
+    .await;
+    assert!(state_dir.join("last-good-allowlist.json").exists());
+    running.drain();
+    running.wait().await;
+
+    // Without --state-dir (a developer's run) a broken allowlist still stops
+    // the server with the loader's message.
+    kubelet_write(
+        &list_dir,
+        &[("allowlist.yaml", &example.replace(PROMOTED, "sha256:abc"))],
+        2,
+    );
+    let pki = Pki::new("test CA");
+    let issued = pki.server();
+    std::fs::write(dir.join("tls.crt"), &issued.cert_pem).unwrap();
+    std::fs::write(dir.join("tls.key"), &issued.key_pem).unwrap();
+    let mut config = Config::new(
+        dir.join("tls.crt"),
+        dir.join("tls.key"),
+        vec![list_dir],
+        Policy::default(),
+    );
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    let error = server::start(config)
+        .await
+        .err()
+        .expect("no state dir: exits")
+        .to_string();
+    assert!(
+        error.contains("allowlist.yaml:") && error.contains("64 hex characters"),
+        "{error}"
+    );
 }
 
 /// What one keep-alive client saw across a drain.

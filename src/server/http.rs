@@ -15,21 +15,30 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+use super::installed::Installed;
 use crate::admission::{self, Endpoint};
-use crate::allowlist::Allowlist;
+use crate::allowlist::{self, Allowlist, Source};
 use crate::metrics::{self, Metrics, RequestLabels};
 use crate::policy::{Policy, PromotedBy};
 use crate::text::{self, Cut};
 
 /// Whether the server takes new reviews. A [`State`] always holds an
 /// allowlist and is served only once its certificate is loaded; what makes
-/// a running server unready is draining, or an allowlist still waiting for
-/// a source it needs (the installed CSVs of `--allowlist-csv`).
+/// a running server unready is draining, or an allowlist that is not yet
+/// the one it should serve (a source still to be read, or none usable).
 #[derive(Debug, Default)]
 pub struct Readiness {
     draining: AtomicBool,
-    waiting: AtomicBool,
+    waiting: std::sync::Mutex<Option<&'static str>>,
 }
+
+/// Why a server waits: the installed CSVs of `--allowlist-csv` not read yet.
+pub const WAITING_FOR_CSVS: &str =
+    "waiting for the installed operators' ClusterServiceVersions (--allowlist-csv)";
+/// Why a server waits: its allowlist does not load and no last good copy
+/// was kept.
+pub const WAITING_FOR_ALLOWLIST: &str =
+    "the allowlist cannot be used and no last good copy was kept; waiting for a usable one (see the log)";
 
 impl Readiness {
     /// Starts draining: readiness fails from now on.
@@ -37,24 +46,30 @@ impl Readiness {
         self.draining.store(true, Ordering::Release);
     }
 
-    /// Marks the allowlist incomplete until [`Self::complete`].
-    pub fn wait_for_sources(&self) {
-        self.waiting.store(true, Ordering::Release);
+    /// Marks the allowlist in force as not the one to serve, and why, until
+    /// [`Self::complete`].
+    pub fn wait(&self, why: &'static str) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
-    /// The allowlist has every source it needs.
+    /// The allowlist in force is the one to serve.
     pub fn complete(&self) {
-        self.waiting.store(false, Ordering::Release);
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Whether [`Self::wait`] is in effect.
+    pub fn waiting(&self) -> bool {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// `Ok` when ready, else why not.
     pub fn check(&self) -> Result<(), &'static str> {
         if self.draining.load(Ordering::Acquire) {
-            Err("shutting down")
-        } else if self.waiting.load(Ordering::Acquire) {
-            Err("waiting for the installed operators' ClusterServiceVersions (--allowlist-csv)")
-        } else {
-            Ok(())
+            return Err("shutting down");
+        }
+        match *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
     }
 }
@@ -72,6 +87,9 @@ pub struct State {
     pub request_timeout: Duration,
     /// Woken by each allowlist swap: the background audit runs again.
     pub allowlist_changed: tokio::sync::Notify,
+    /// The installed operators' CSVs (`--allowlist-csv`), merged into every
+    /// allowlist load.
+    pub installed: Option<Arc<Installed>>,
 }
 
 impl State {
@@ -87,7 +105,19 @@ impl State {
             max_body_bytes: 8 * 1024 * 1024,
             request_timeout: Duration::from_secs(10),
             allowlist_changed: tokio::sync::Notify::new(),
+            installed: None,
         }
+    }
+
+    /// Whether allowlist `sources` would load, merged with the installed
+    /// CSVs as a reload merges them: the loader's `key:line: message`s, or
+    /// why it would not be used.
+    pub fn check_allowlist(&self, sources: &[Source]) -> Result<(), String> {
+        let installed = self.installed.as_ref().and_then(|i| i.sources());
+        let mut all = sources.to_vec();
+        all.extend_from_slice(installed.as_deref().unwrap_or_default());
+        let loaded = allowlist::load_sources(&all).map_err(|e| e.to_string())?;
+        super::reload::usable(&loaded, &self.policy)
     }
 
     /// Puts a new allowlist in force.
@@ -104,6 +134,7 @@ pub fn webhook_router(state: Arc<State>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
+        .route("/validate-allowlist", post(validate_allowlist))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .with_state(state)
@@ -144,7 +175,7 @@ async fn not_found(Extract(state): Extract<Arc<State>>) -> Response {
     state.metrics.bad_request("path");
     error(
         StatusCode::NOT_FOUND,
-        "digest-gate serves POST /mutate and POST /validate",
+        "digest-gate serves POST /mutate, /validate and /validate-allowlist",
     )
 }
 
@@ -196,14 +227,51 @@ async fn read_body(state: &State, body: Body) -> Result<Bytes, Response> {
     }
 }
 
+/// `POST /validate-allowlist`: an allowlist ConfigMap, loaded as the
+/// reloader would load it, off the runtime's workers (a large allowlist
+/// takes milliseconds to parse).
+async fn validate_allowlist(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
+    let started = Instant::now();
+    let body = match review_body(&state, request).await {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let checking = state.clone();
+    let answered = tokio::task::spawn_blocking(move || {
+        admission::answer_allowlist(&body, |sources| checking.check_allowlist(sources))
+    })
+    .await;
+    match answered {
+        Ok(answered) => answer(ALLOWLIST_ENDPOINT, &state, started, answered),
+        Err(e) => {
+            tracing::error!(error = %e, "the allowlist check failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "the allowlist check failed")
+        }
+    }
+}
+
+/// The metrics and log name of `/validate-allowlist`.
+const ALLOWLIST_ENDPOINT: &str = "validate-allowlist";
+
 async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response {
     let started = Instant::now();
+    let body = match review_body(state, request).await {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let allowlist = state.allowlist.load();
+    let answered = admission::answer(endpoint, &body, &state.policy, &allowlist);
+    answer(endpoint.as_str(), state, started, answered)
+}
+
+/// The body of a review request: JSON, within the size limit, sent in time.
+async fn review_body(state: &State, request: Request) -> Result<Bytes, Response> {
     if !is_json(&request) {
         state.metrics.bad_request("content_type");
-        return error(
+        return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "send Content-Type: application/json",
-        );
+        ));
     }
     let declared = request
         .headers()
@@ -212,25 +280,30 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
         // Refused before reading a byte of it.
-        return too_large(state);
+        return Err(too_large(state));
     }
-    let body = match read_body(state, request.into_body()).await {
-        Ok(b) => b,
-        Err(response) => return response,
-    };
-    let allowlist = state.allowlist.load();
-    let answer = match admission::answer(endpoint, &body, &state.policy, &allowlist) {
+    read_body(state, request.into_body()).await
+}
+
+/// Counts and logs an answer, and sends it.
+fn answer(
+    endpoint: &'static str,
+    state: &State,
+    started: Instant,
+    answered: Result<admission::Answer, admission::BadReview>,
+) -> Response {
+    let answer = match answered {
         Ok(a) => a,
         Err(bad) => {
             state.metrics.bad_request(bad.label());
-            tracing::info!(endpoint = endpoint.as_str(), error = %bad, "refused a request that is not a usable AdmissionReview");
+            tracing::info!(endpoint, error = %bad, "refused a request that is not a usable AdmissionReview");
             return error(StatusCode::BAD_REQUEST, bad.to_string());
         }
     };
     let elapsed = started.elapsed();
     state.metrics.request(
         RequestLabels {
-            endpoint: endpoint.as_str(),
+            endpoint,
             kind: metrics::kind_label(&answer.kind),
             operation: metrics::operation_label(&answer.operation),
             verdict: answer.verdict.as_str(),
@@ -241,7 +314,7 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         state.metrics.image(verdict.label(), reason.label());
     }
     tracing::info!(
-        endpoint = endpoint.as_str(),
+        endpoint,
         uid = %loggable(&answer.uid),
         namespace = %loggable(&answer.namespace),
         kind = %loggable(&answer.kind),

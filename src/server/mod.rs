@@ -23,6 +23,7 @@ pub use http::{State, admin_router, webhook_router};
 use reload::{CertFiles, Reloader};
 use tls::CertStore;
 
+use crate::allowlist::Loaded;
 use crate::policy::Policy;
 
 /// Everything `serve` needs. The tunables are `serve`'s own flags, with
@@ -45,6 +46,12 @@ pub struct Config {
     pub client_ca: Option<PathBuf>,
     #[arg(skip)]
     pub allowlists: Vec<PathBuf>,
+    /// Keep the last allowlist that loaded in this directory (an emptyDir in
+    /// the chart): a restart that finds the mounted allowlist unusable then
+    /// serves that copy, or waits unready for a usable one, instead of
+    /// exiting.
+    #[arg(long, env = "DIGEST_GATE_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Also promote what the installed operators' ClusterServiceVersions in
     /// NAMESPACE (with names starting NAME-PREFIX) list, watched, merged
     /// with the files (repeatable), e.g. redhat-ods-operator/rhods-operator.
@@ -259,24 +266,52 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     // it is usable is asked once the CSVs are merged in, and until then the
     // server is not ready.
     let waiting = !config.allowlist_csv.is_empty();
-    let (seen, loaded) = reload::load_allowlist(&config.allowlists, &[]);
-    let loaded = loaded
-        .and_then(|l| match waiting {
-            true => Ok(l),
-            false => reload::usable(&l, &config.policy).map(|()| l),
-        })
-        .map_err(ServerError::Allowlist)?;
+    let last_good = config.state_dir.as_deref().map(reload::LastGood::in_dir);
+    let read = reload::load_allowlist(&config.allowlists, None);
+    let checked = read.loaded.and_then(|l| match waiting {
+        true => Ok(l),
+        false => reload::usable(&l, &config.policy).map(|()| l),
+    });
+    let mut unready = waiting.then_some(http::WAITING_FOR_CSVS);
+    let (loaded, stale) = match checked {
+        Ok(loaded) => {
+            if let Some(last_good) = &last_good
+                && let Err(error) = last_good.save(&read.files)
+            {
+                tracing::warn!(%error, "the allowlist loaded but could not be kept for a restart");
+            }
+            (loaded, false)
+        }
+        // Without --state-dir (a developer's run): say so and stop.
+        Err(error) if last_good.is_none() => return Err(ServerError::Allowlist(error)),
+        Err(error) => match last_good
+            .as_ref()
+            .map(|l| fall_back(l, &error, &config.policy, waiting))
+        {
+            Some(Some(loaded)) => (loaded, true),
+            _ => {
+                tracing::error!(%error, "the allowlist cannot be used and no last good copy was kept; not ready until it can be");
+                unready = Some(http::WAITING_FOR_ALLOWLIST);
+                let empty =
+                    crate::allowlist::load_sources(&[]).map_err(|e| ServerError::Allowlist(e.to_string()))?;
+                (empty, true)
+            }
+        },
+    };
     for w in &loaded.warnings {
         tracing::warn!(warning = %w, "allowlist entry skipped");
     }
+    let installed = waiting.then(|| Arc::new(installed::Installed::default()));
     let mut state = State::new(loaded.allowlist, config.policy.clone());
     state.max_body_bytes = config.max_body_bytes;
     state.request_timeout = config.request_timeout;
-    if waiting {
-        state.ready.wait_for_sources();
+    state.installed = installed.clone();
+    if let Some(why) = unready {
+        state.ready.wait(why);
     }
     let state = Arc::new(state);
-    state.metrics.reload("allowlist", true);
+    state.metrics.reload("allowlist", !stale);
+    state.metrics.allowlist_stale(stale);
     state.metrics.reload("certificate", true);
 
     let (webhook, webhook_addr) = bind(config.listen).await?;
@@ -294,7 +329,6 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     }
 
     let (drain_tx, drain_rx) = watch::channel(false);
-    let installed = waiting.then(|| Arc::new(installed::Installed::default()));
     if let Some(installed) = &installed {
         let settings = crate::audit::Settings {
             kubeconfig: config.audit.kubeconfig.clone(),
@@ -316,7 +350,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         state.clone(),
         config.allowlists.clone(),
         installed,
-        seen,
+        last_good,
+        read.seen,
         CertFiles {
             cert: config.cert.clone(),
             key: config.key.clone(),
@@ -351,6 +386,35 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         admin: admin_abort,
         audit: std::sync::Mutex::new(audit),
     })
+}
+
+/// The allowlist kept in `--state-dir`, when the mounted one cannot be used
+/// at startup (`error`); `None` when there is none that loads.
+fn fall_back(last_good: &reload::LastGood, error: &str, policy: &Policy, waiting: bool) -> Option<Loaded> {
+    let (files, saved) = match last_good.load() {
+        Ok(Some(kept)) => kept,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::error!(error = %e, "the last good allowlist cannot be read");
+            return None;
+        }
+    };
+    let loaded = crate::allowlist::load_sources(&files)
+        .map_err(|e| e.to_string())
+        .and_then(|l| match waiting {
+            true => Ok(l),
+            false => reload::usable(&l, policy).map(|()| l),
+        });
+    match loaded {
+        Ok(loaded) => {
+            tracing::error!(%error, saved = %saved, "the allowlist cannot be used; serving the last good copy kept in --state-dir until it can");
+            Some(loaded)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the last good allowlist no longer loads");
+            None
+        }
+    }
 }
 
 /// A listener on `addr`, and the address it got (port 0 picks one).

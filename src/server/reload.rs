@@ -45,9 +45,12 @@ pub struct Reloader {
     installed: Option<Arc<Installed>>,
     /// The generation of `installed` last merged.
     installed_seen: u64,
-    /// Whether an allowlist with every source (the installed CSVs too) is
-    /// in force; until then the server is not ready.
+    /// Whether the allowlist in force is the one to serve (usable, with
+    /// every source, the installed CSVs too); until then the server is not
+    /// ready.
     complete: bool,
+    /// Where the last good allowlist files are kept (`--state-dir`).
+    last_good: Option<LastGood>,
     cert_files: CertFiles,
     cert_store: Arc<CertStore>,
     provider: Arc<CryptoProvider>,
@@ -108,21 +111,84 @@ pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), String> {
     Ok(())
 }
 
+/// What one read of the allowlist found.
+pub struct Read {
+    /// The fingerprint of what was read: the files, and whether (and which)
+    /// installed CSVs were merged.
+    pub seen: u64,
+    /// The files as read: what `--state-dir` keeps when they load.
+    pub files: Vec<Source>,
+    pub loaded: Result<Loaded, String>,
+}
+
 /// Reads and parses the allowlist files, then `installed` (the CSVs of
-/// `--allowlist-csv`), with the fingerprint of what was read. Whether the
-/// result is [`usable`] is the caller's question: before the CSVs arrive
-/// the files alone need not be.
-pub fn load_allowlist(paths: &[PathBuf], installed: &[Source]) -> (u64, Result<Loaded, String>) {
-    let mut sources = match allowlist::read_sources(paths) {
+/// `--allowlist-csv`, once listed). Whether the result is [`usable`] is the
+/// caller's question: before the CSVs arrive the files alone need not be.
+pub fn load_allowlist(paths: &[PathBuf], installed: Option<&[Source]>) -> Read {
+    let files = match allowlist::read_sources(paths) {
         Ok(s) => s,
         Err(e) => {
             let message = e.to_string();
-            return (fingerprint(&message), Err(message));
+            return Read {
+                seen: fingerprint(&message),
+                files: Vec::new(),
+                loaded: Err(message),
+            };
         }
     };
-    sources.extend_from_slice(installed);
-    let seen = fingerprint(&sources);
-    (seen, allowlist::load_sources(&sources).map_err(|e| e.to_string()))
+    let seen = fingerprint(&(&files, installed));
+    let mut sources = files.clone();
+    sources.extend_from_slice(installed.unwrap_or_default());
+    let loaded = allowlist::load_sources(&sources).map_err(|e| e.to_string());
+    Read { seen, files, loaded }
+}
+
+/// `--state-dir`: the last allowlist files that loaded. The running server
+/// keeps them, so that a container restarted with a mounted allowlist that
+/// no longer loads (a bad edit, then a node drain) serves them instead of
+/// exiting: with two replicas restarting, exiting would block every model
+/// namespace until someone noticed.
+pub struct LastGood {
+    path: PathBuf,
+}
+
+impl LastGood {
+    pub fn in_dir(dir: &Path) -> Self {
+        Self {
+            path: dir.join("last-good-allowlist.json"),
+        }
+    }
+
+    /// Keeps `files`, replacing the previous copy whole (written beside it,
+    /// then renamed), so a crash mid-write leaves the old copy.
+    pub fn save(&self, files: &[Source]) -> Result<(), String> {
+        let text = serde_json::to_vec(files).map_err(|e| e.to_string())?;
+        let partial = self.path.with_extension("json.partial");
+        std::fs::write(&partial, text)
+            .and_then(|()| std::fs::rename(&partial, &self.path))
+            .map_err(|e| {
+                format!(
+                    "cannot keep the last good allowlist in {}: {e}",
+                    self.path.display()
+                )
+            })
+    }
+
+    /// The copy kept, and when it was written; `None` when there is none.
+    pub fn load(&self) -> Result<Option<(Vec<Source>, String)>, String> {
+        let text = match std::fs::read(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
+        };
+        let files: Vec<Source> =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let saved = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+            .unwrap_or_else(|_| "an unknown time".into());
+        Ok(Some((files, saved)))
+    }
 }
 
 fn read_certs(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), String> {
@@ -136,10 +202,12 @@ fn read_certs(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), String> {
 
 impl Reloader {
     /// Starts from what the server loaded at startup.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         state: Arc<State>,
         allowlists: Vec<PathBuf>,
         installed: Option<Arc<Installed>>,
+        last_good: Option<LastGood>,
         allowlist_seen: u64,
         cert_files: CertFiles,
         cert_store: Arc<CertStore>,
@@ -149,9 +217,10 @@ impl Reloader {
         let cert_stat = stat_of(&[&cert_files.cert, &cert_files.key]);
         let allowlist_stat = allowlist_stat(&allowlists);
         Self {
+            complete: !state.ready.waiting(),
             state,
             allowlists,
-            complete: installed.is_none(),
+            last_good,
             installed,
             installed_seen: 0,
             cert_files,
@@ -198,12 +267,16 @@ impl Reloader {
                 Some(sources)
             }
         };
-        let (seen, result) = load_allowlist(&self.allowlists, installed.as_deref().unwrap_or_default());
-        if self.allowlist_seen == seen && self.complete {
+        let read = load_allowlist(&self.allowlists, installed.as_deref());
+        if self.allowlist_seen == read.seen {
             return;
         }
-        self.allowlist_seen = seen;
-        match result.and_then(|loaded| usable(&loaded, &self.state.policy).map(|()| loaded)) {
+        self.allowlist_seen = read.seen;
+        let metrics = &self.state.metrics;
+        match read
+            .loaded
+            .and_then(|loaded| usable(&loaded, &self.state.policy).map(|()| loaded))
+        {
             Ok(loaded) => {
                 let (repos, digests) = (
                     loaded.allowlist.repository_count(),
@@ -213,17 +286,36 @@ impl Reloader {
                     tracing::warn!(warning = %w, "allowlist entry skipped");
                 }
                 self.state.swap_allowlist(loaded.allowlist);
-                self.state.metrics.reload("allowlist", true);
-                tracing::info!(repositories = repos, digests, "allowlist reloaded");
+                metrics.allowlist_stale(false);
+                if repos == 0 {
+                    // Accepted only where nothing is denied (audit mode),
+                    // but almost always a ConfigMap emptied by mistake.
+                    metrics.reload_empty("allowlist");
+                    tracing::warn!(
+                        "allowlist reloaded, and it promotes nothing: every image will be reported"
+                    );
+                } else {
+                    metrics.reload("allowlist", true);
+                    tracing::info!(repositories = repos, digests, "allowlist reloaded");
+                }
+                if let Some(last_good) = &self.last_good
+                    && let Err(error) = last_good.save(&read.files)
+                {
+                    tracing::warn!(%error, "the allowlist loaded but could not be kept for a restart");
+                }
                 if !self.complete {
-                    // The first allowlist with the installed CSVs in it.
                     self.complete = true;
                     self.state.ready.complete();
                 }
             }
             Err(error) => {
-                self.state.metrics.reload("allowlist", false);
-                tracing::warn!(%error, "allowlist reload failed; the last good allowlist stays in force");
+                metrics.reload("allowlist", false);
+                metrics.allowlist_stale(true);
+                if self.complete {
+                    tracing::warn!(%error, "allowlist reload failed; the last good allowlist stays in force");
+                } else {
+                    tracing::error!(%error, "the allowlist cannot be used; still not ready");
+                }
             }
         }
     }
@@ -310,6 +402,18 @@ mod tests {
     /// A reloader over one allowlist file (`text`) and the installed CSVs,
     /// as `start` makes it when `--allowlist-csv` is given.
     fn reloader(name: &str, text: &str, policy: Policy) -> (Reloader, Arc<State>, Arc<Installed>) {
+        let (reloader, state, installed, _) = reloader_with(name, text, policy, true);
+        (reloader, state, installed.expect("with CSVs"))
+    }
+
+    /// [`reloader`], with or without `--allowlist-csv`, and the allowlist
+    /// file's path.
+    fn reloader_with(
+        name: &str,
+        text: &str,
+        policy: Policy,
+        csvs: bool,
+    ) -> (Reloader, Arc<State>, Option<Arc<Installed>>, PathBuf) {
         let dir = std::env::temp_dir().join(format!("digest-gate-reload-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -327,20 +431,23 @@ mod tests {
         std::fs::write(&list, text).unwrap();
         let provider = tls::provider();
         let key = tls::load_key_pair(&files.cert, &files.key, &provider).unwrap();
-        let (seen, loaded) = load_allowlist(std::slice::from_ref(&list), &[]);
-        let state = Arc::new(State::new(loaded.unwrap().allowlist, policy));
-        state.ready.wait_for_sources();
-        let installed = Arc::new(Installed::default());
+        let read = load_allowlist(std::slice::from_ref(&list), None);
+        let state = Arc::new(State::new(read.loaded.unwrap().allowlist, policy));
+        let installed = csvs.then(|| Arc::new(Installed::default()));
+        if csvs {
+            state.ready.wait(crate::server::http::WAITING_FOR_CSVS);
+        }
         let reloader = Reloader::new(
             state.clone(),
-            vec![list],
-            Some(installed.clone()),
-            seen,
+            vec![list.clone()],
+            installed.clone(),
+            None,
+            read.seen,
             files,
             Arc::new(CertStore::new(key)),
             provider,
         );
-        (reloader, state, installed)
+        (reloader, state, installed, list)
     }
 
     fn promoted(state: &State, digest: &str) -> bool {
@@ -405,6 +512,33 @@ mod tests {
         );
         installed.publish(vec![csv("rhods-operator.csv.yaml", "rhods-operator.1.21.0")]);
         reloader.poll();
+        assert_eq!(state.ready.check(), Ok(()));
+    }
+
+    /// Issue 15: audit mode accepts an allowlist that promotes nothing (a
+    /// first install), but a reload to one is almost always a ConfigMap
+    /// emptied by mistake: a warning, counted as `empty`, not `success`.
+    #[test]
+    fn a_reload_to_an_empty_allowlist_in_audit_mode_is_counted_as_empty() {
+        let audit = Policy {
+            mode: crate::policy::Mode::Audit,
+            ..Policy::default()
+        };
+        let (mut reloader, state, _, list) = reloader_with(
+            "audit-empty",
+            "quay.io/org/a@sha256:00000000000000000000000000000000000000000000000000000000000000aa\n",
+            audit,
+            false,
+        );
+        std::fs::write(&list, "# emptied\n").unwrap();
+        reloader.poll_allowlist(true);
+        assert_eq!(state.allowlist.load().repository_count(), 0);
+        let metrics = state.metrics.encode();
+        assert!(
+            metrics.contains("digest_gate_reloads_total{source=\"allowlist\",result=\"empty\"} 1"),
+            "{metrics}"
+        );
+        assert!(!metrics.contains("result=\"success\"} 1"), "{metrics}");
         assert_eq!(state.ready.check(), Ok(()));
     }
 }

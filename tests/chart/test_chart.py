@@ -124,9 +124,11 @@ def test_webhook_invariants(mode):
     deploy_ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
     for config, path in [(mutating, "/mutate"), (validating, "/validate")]:
         hook = config["webhooks"][0]
-        # Every entry (the main one, ConfigMaps', Templates') reaches the same service.
+        # Every entry (the main one, ConfigMaps', Templates', allowlists') reaches the same service.
         for entry in config["webhooks"]:
-            assert entry["clientConfig"] == hook["clientConfig"]
+            own_path = {"path": "/validate-allowlist"} if entry["name"] == "validate-allowlist.digest-gate.dev" else {}
+            assert entry["clientConfig"] == hook["clientConfig"] | {
+                "service": hook["clientConfig"]["service"] | own_path}
             assert entry["sideEffects"] == "None" and entry["admissionReviewVersions"] == ["v1"]
         assert hook["sideEffects"] == "None"
         assert hook["admissionReviewVersions"] == ["v1"]
@@ -169,8 +171,9 @@ def test_configmaps_and_templates_have_entries_of_their_own(default_objects):
     for config in webhook_configs(default_objects):
         prefix = "mutate" if config["kind"].startswith("Mutating") else "validate"
         assert [w["name"] for w in config["webhooks"]] == [
-            f"{prefix}.digest-gate.dev", f"{prefix}-configmaps.digest-gate.dev", f"{prefix}-templates.digest-gate.dev"]
-        main, configmaps, templates = config["webhooks"]
+            f"{prefix}.digest-gate.dev", f"{prefix}-configmaps.digest-gate.dev", f"{prefix}-templates.digest-gate.dev"
+        ] + (["validate-allowlist.digest-gate.dev"] if prefix == "validate" else [])
+        main, configmaps, templates = config["webhooks"][:3]
         # Pods in the application namespaces are not sent for the ConfigMap's sake.
         assert "configmaps" not in {r for rule in main["rules"] for r in rule["resources"]}
         assert configmaps["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
@@ -191,16 +194,52 @@ def test_configmaps_and_templates_have_entries_of_their_own(default_objects):
     assert "--configmap-names=servingruntimes-config" in args(default_objects)
 
 
+def test_allowlist_configmaps_are_checked_by_an_entry_of_their_own(default_objects):
+    _, validating = webhook_configs(default_objects)
+    (entry,) = [w for w in validating["webhooks"] if w["name"] == "validate-allowlist.digest-gate.dev"]
+    # The release namespace only, labelled ConfigMaps only, never blocking when down.
+    assert entry["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NAMESPACE]}]}
+    assert entry["objectSelector"] == {"matchExpressions": [{"key": "digest-gate.dev/allowlist", "operator": "Exists"}]}
+    assert entry["failurePolicy"] == "Ignore"
+    assert entry["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                               "resources": ["configmaps"], "scope": "Namespaced"}]
+    assert entry["clientConfig"]["service"]["path"] == "/validate-allowlist"
+    # The chart's own allowlist carries the label; every other entry excludes the namespace.
+    (cm,) = [o for o in find(default_objects, "ConfigMap") if "allowlist" in o["metadata"]["name"]]
+    assert cm["metadata"]["labels"]["digest-gate.dev/allowlist"] == "true"
+    for config in webhook_configs(default_objects):
+        for w in config["webhooks"]:
+            if w is not entry:
+                assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                        "values": [NAMESPACE, "kube-system"]} in w["namespaceSelector"]["matchExpressions"]
+    off = render({"webhook": {"checkAllowlists": False}})
+    assert all(w["name"] != entry["name"] for c in webhook_configs(off) for w in c["webhooks"])
+
+
+def test_the_last_good_allowlist_is_kept_in_an_empty_dir(default_objects):
+    pod = one(default_objects, "Deployment")["spec"]["template"]["spec"]
+    (state,) = [v for v in pod["volumes"] if v["name"] == "state"]
+    assert "emptyDir" in state, state
+    (mount,) = [m for m in container(default_objects)["volumeMounts"] if m["name"] == "state"]
+    assert not mount.get("readOnly") and f"--state-dir={mount['mountPath']}" in args(default_objects)
+    # The root filesystem stays read-only: the emptyDir is the one writable path.
+    assert container(default_objects)["securityContext"]["readOnlyRootFilesystem"] is True
+
+
 def test_the_configmap_switch_of_0_3_0_still_works():
+    def reviewing(config):
+        """The entries that review images (not the allowlist check's)."""
+        return [w for w in config["webhooks"] if w["name"] != "validate-allowlist.digest-gate.dev"]
     on = render({"webhook": {"configMaps": True, "templates": {"enabled": False}}})
     for config in webhook_configs(on):
-        (main,) = config["webhooks"]
+        (main,) = reviewing(config)
         assert "configmaps" in {r for rule in main["rules"] for r in rule["resources"]}
     assert not [a for a in args(on) if a.startswith("--configmap-names")]
     off = render({"webhook": {"configMaps": False}})
     for config in webhook_configs(off):
-        assert [w["name"].split(".")[0].split("-")[-1] for w in config["webhooks"]][1:] == ["templates"]
-        assert "configmaps" not in {r for w in config["webhooks"] for rule in w["rules"] for r in rule["resources"]}
+        assert [w["name"].split(".")[0].split("-")[-1] for w in reviewing(config)][1:] == ["templates"]
+        assert "configmaps" not in {r for w in reviewing(config) for rule in w["rules"] for r in rule["resources"]}
     names = render({"webhook": {"configMaps": {"names": ["a", "b"]}}})
     assert "--configmap-names=a,b" in args(names)
     entry = webhook_configs(names)[0]["webhooks"][1]

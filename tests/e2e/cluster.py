@@ -386,6 +386,13 @@ class WebhookPod:
             return {k: v.encode() for k, v in (cm.get("data") or {}).items()}
         raise AssertionError(f"volume kind not emulated: {volume}")
 
+    def _empty_dir(self, name: str) -> pathlib.Path:
+        """An emptyDir: a directory that lives as long as the pod (across
+        restarts of its container)."""
+        path = self.state / "volumes" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def _mount(self, directory: pathlib.Path, files: dict[str, bytes]):
         """The kubelet's atomic writer, for the first write and every update:
         the content in a new timestamped directory, `..data` pointed at it in
@@ -425,10 +432,14 @@ class WebhookPod:
         if self.state.exists():
             shutil.rmtree(self.state)
         for m in container.get("volumeMounts", []):
+            volume = volumes[m["name"]]
+            if "emptyDir" in volume:
+                mounts[m["mountPath"]] = self._empty_dir(m["name"])
+                continue
             local = self.state / "volumes" / m["name"]
-            self._mount(local, self._volume_files(volumes[m["name"]]))
+            self._mount(local, self._volume_files(volume))
             mounts[m["mountPath"]] = local
-            self.volumes[m["name"]] = volumes[m["name"]]
+            self.volumes[m["name"]] = volume
 
         def local_path(value: str) -> str:
             for mount, local in mounts.items():

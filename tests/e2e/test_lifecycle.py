@@ -34,11 +34,31 @@ def unversioned(value):
     return value
 
 
-def without_0_4_0_additions(objects: list[dict]) -> list[dict]:
-    """Rendered objects without their versions and without what 0.4.0 adds
-    by default: the ConfigMap and Template webhook entries and the server's
-    --configmap-names."""
+def without_0_5_0_additions(objects: list[dict]) -> list[dict]:
+    """Rendered objects without their versions and without what 0.5.0 adds
+    by default: the validate-allowlist entry and the label it selects the
+    allowlist ConfigMap by, and the emptyDir the last good allowlist is kept
+    in (--state-dir)."""
     objects = unversioned(objects)
+    for o in objects:
+        if o["kind"] == "ValidatingWebhookConfiguration":
+            o["webhooks"] = [w for w in o["webhooks"] if w["name"] != "validate-allowlist.digest-gate.dev"]
+        if o["kind"] == "ConfigMap":
+            o["metadata"].get("labels", {}).pop("digest-gate.dev/allowlist", None)
+        if o["kind"] == "Deployment":
+            pod = o["spec"]["template"]["spec"]
+            c = pod["containers"][0]
+            c["args"] = [a for a in c["args"] if not a.startswith("--state-dir=")]
+            c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "state"]
+            pod["volumes"] = [v for v in pod["volumes"] if v["name"] != "state"]
+    return objects
+
+
+def without_0_4_0_additions(objects: list[dict]) -> list[dict]:
+    """Rendered objects without their versions and without what 0.4.0 and
+    0.5.0 add by default: the ConfigMap and Template webhook entries and the
+    server's --configmap-names, and see without_0_5_0_additions."""
+    objects = without_0_5_0_additions(objects)
     for o in objects:
         if o["kind"].endswith("WebhookConfiguration"):
             o["webhooks"] = [w for w in o["webhooks"]
@@ -84,8 +104,9 @@ def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster,
 def test_helm_upgrade_keeps_the_ca_bundle(cluster, release, models):
     release.install()
     bundles = release.ca_bundles()
-    # Six entries (main, ConfigMaps, Templates in each configuration), one CA.
-    assert len(bundles) == 6 and len(set(bundles.values())) == 1
+    # Seven entries (main, ConfigMaps, Templates in each configuration, and the
+    # allowlist check), one CA.
+    assert len(bundles) == 7 and len(set(bundles.values())) == 1
     secret = cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE)["data"]
 
     release.upgrade({"mode": "enforce"})
@@ -207,14 +228,19 @@ def test_upgrade_from_0_3_0_changes_only_versions_and_messages(cluster, release,
     assert release.pod.metric("digest_gate_images_total", verdict="deny", reason="placeholder") == 1
 
 
-def test_upgrade_from_0_4_0_changes_only_versions(cluster, release, models, tmp_path):
+def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(cluster, release, models, tmp_path):
     old = previous_chart("0.4.0", tmp_path / "old")
     before = release.install(release.values(), chart=old, raw=True)
     after = release.upgrade()
     assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.4.0"
-    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    assert without_0_5_0_additions(manifest_objects(after)) == without_0_5_0_additions(manifest_objects(before))
+    hooks = [w["name"] for o in manifest_objects(after) if o["kind"] == "ValidatingWebhookConfiguration"
+             for w in o["webhooks"]]
+    assert hooks[-1] == "validate-allowlist.digest-gate.dev"
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+    # The upgraded pod keeps what it loaded for a restart.
+    assert (release.pod.state / "volumes" / "state" / "last-good-allowlist.json").exists()
 
 
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):

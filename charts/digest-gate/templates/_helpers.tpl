@@ -177,6 +177,13 @@ Templates' entries, with namespaces and a failure policy of their own.
 {{- $rules := include "digest-gate.kindRules" (dict "group" "template.openshift.io" "resource" "templates") }}
 {{- $entries = append $entries (dict "name" "-templates" "failurePolicy" ($t.failurePolicy | default "Ignore") "selector" ($t.namespaceSelector | default dict) "rules" $rules) }}
 {{- end }}
+{{- if and (eq .prefix "validate") $root.Values.webhook.checkAllowlists }}
+{{- /* Allowlist ConfigMaps in the release namespace, and nothing else there. */}}
+{{- $releaseNamespace := dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" (list $root.Release.Namespace))) }}
+{{- $labelled := dict "matchExpressions" (list (dict "key" "digest-gate.dev/allowlist" "operator" "Exists")) }}
+{{- $rules := include "digest-gate.kindRules" (dict "group" "" "resource" "configmaps") }}
+{{- $entries = append $entries (dict "name" "-allowlist" "path" "/validate-allowlist" "failurePolicy" "Ignore" "exactSelector" $releaseNamespace "objectSelector" $labelled "rules" $rules) }}
+{{- end }}
 {{- range $entries }}
 - name: {{ $.prefix }}{{ .name }}.digest-gate.dev
   admissionReviewVersions: ["v1"]
@@ -192,13 +199,17 @@ Templates' entries, with namespaces and a failure policy of their own.
     service:
       name: {{ include "digest-gate.serviceName" $root }}
       namespace: {{ $root.Release.Namespace }}
-      path: /{{ $.prefix }}
+      path: {{ .path | default (printf "/%s" $.prefix) }}
       port: {{ $root.Values.service.port }}
     {{- if $.caBundle }}
     caBundle: {{ $.caBundle }}
     {{- end }}
   namespaceSelector:
+    {{- if .exactSelector }}
+    {{- toYaml .exactSelector | nindent 4 }}
+    {{- else }}
     {{- include "digest-gate.selectorExcluding" (dict "root" $root "selector" .selector) | nindent 4 }}
+    {{- end }}
   {{- with .objectSelector }}
   objectSelector:
     {{- toYaml . | nindent 4 }}
