@@ -487,10 +487,9 @@ pub async fn serve_tls(
 ) {
     let builder = http_builder(config);
     let (phase_tx, phase) = watch::channel(Phase::Serving);
-    let service = TowerToHyperService::new(router.layer(axum::middleware::from_fn_with_state(
-        phase.clone(),
-        close_while_draining,
-    )));
+    let service = TowerToHyperService::new(router);
+    // Read by every answer (a watch borrow would take a lock per request).
+    let draining = Arc::new(AtomicBool::new(false));
     // Each established connection holds a sender; when all are dropped the
     // receiver sees the end.
     let (open_tx, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
@@ -498,6 +497,7 @@ pub async fn serve_tls(
 
     let stopping = async {
         let _ = drain.wait_for(|d| *d).await;
+        draining.store(true, Ordering::Release);
         let _ = phase_tx.send(Phase::Draining);
         tokio::time::sleep(config.drain_delay).await;
     };
@@ -528,6 +528,7 @@ pub async fn serve_tls(
         let state = state.clone();
         let handshake_timeout = config.handshake_timeout;
         let mut phase = phase.clone();
+        let draining = draining.clone();
         let open = open_tx.clone();
         tokio::spawn(async move {
             let _permit = permit;
@@ -544,7 +545,21 @@ pub async fn serve_tls(
                     let seen = served.clone();
                     let service = hyper::service::service_fn(move |request| {
                         seen.store(true, Ordering::Relaxed);
-                        hyper::service::Service::call(&service, request)
+                        let answer = hyper::service::Service::call(&service, request);
+                        let draining = draining.clone();
+                        async move {
+                            let mut response = answer.await?;
+                            // Asked once the answer is ready: a review that
+                            // began before the drain and ends during it is
+                            // the connection's last. (HTTP/2 got its GOAWAY.)
+                            if !h2 && draining.load(Ordering::Acquire) {
+                                response.headers_mut().insert(
+                                    axum::http::header::CONNECTION,
+                                    axum::http::HeaderValue::from_static("close"),
+                                );
+                            }
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
                     });
                     // HTTP/2 is told at once (GOAWAY); an HTTP/1.1 connection
                     // is told by its next answer, and closed here only once
@@ -588,25 +603,6 @@ pub async fn serve_tls(
         Ok(_) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing the remaining connections"),
     }
-}
-
-/// Adds `Connection: close` to HTTP/1 answers once the drain has begun.
-async fn close_while_draining(
-    axum::extract::State(phase): axum::extract::State<watch::Receiver<Phase>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let http1 = request.version() < axum::http::Version::HTTP_2;
-    let mut response = next.run(request).await;
-    // Asked after the review is judged: a review that began before the
-    // drain and ends during it is the connection's last.
-    if http1 && *phase.borrow() != Phase::Serving {
-        response.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
-    }
-    response
 }
 
 #[cfg(test)]
