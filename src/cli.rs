@@ -266,16 +266,8 @@ pub struct AuditArgs {
     /// finding, once per finding.
     #[arg(long, env = "DIGEST_GATE_EVENTS")]
     pub events: bool,
-    /// Also promote what the installed operators' ClusterServiceVersions in
-    /// NAMESPACE (with names starting NAME-PREFIX) list, read from the
-    /// cluster (repeatable), e.g. redhat-ods-operator/rhods-operator.
-    #[arg(
-        long = "allowlist-csv",
-        env = "DIGEST_GATE_ALLOWLIST_CSV",
-        value_delimiter = ',',
-        value_name = "NAMESPACE[/NAME-PREFIX]"
-    )]
-    pub allowlist_csv: Vec<audit::installed::Csvs>,
+    #[command(flatten)]
+    pub csvs: audit::installed::CsvArgs,
 }
 
 /// Log line formats.
@@ -452,7 +444,7 @@ fn run_serve(args: ServeArgs) -> u8 {
             _ => unreachable!("clap requires both unless --dev"),
         }
     };
-    if allowlists.is_empty() && args.server.allowlist_csv.is_empty() {
+    if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() {
         missing_allowlist();
     }
     let mut config = args.server;
@@ -518,7 +510,7 @@ fn run_check(args: &CheckArgs) -> u8 {
 }
 
 fn run_audit(args: &AuditArgs) -> u8 {
-    if args.policy.allowlists.is_empty() && args.allowlist_csv.is_empty() {
+    if args.policy.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
         missing_allowlist();
     }
     let mut kinds = Vec::new();
@@ -550,7 +542,7 @@ fn run_audit(args: &AuditArgs) -> u8 {
         let connection = audit::Connection::open(&args.connection.settings()).await?;
         // The files, then the installed CSVs, merged as one allowlist.
         let mut sources = files;
-        for csvs in &args.allowlist_csv {
+        for csvs in &args.csvs.allowlist_csv {
             let read = audit::installed::read(&connection, csvs).await;
             sources.extend(read.map_err(|f| f.message().to_owned())?);
         }

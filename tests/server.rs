@@ -747,6 +747,17 @@ async fn start_in(dir: &Path, list_dir: &Path, state_dir: &Path) -> Result<(Pki,
         .map_err(|e| e.to_string())
 }
 
+/// A pod's directories: scratch, the mounted allowlist, the emptyDir; and
+/// the example allowlist's text.
+fn pod_dirs(name: &str) -> (PathBuf, PathBuf, PathBuf, String) {
+    let dir = scratch(name);
+    let (list_dir, state_dir) = (dir.join("allowlist"), dir.join("state"));
+    std::fs::create_dir_all(&list_dir).unwrap();
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    (dir, list_dir, state_dir, example)
+}
+
 async fn metric_line(running: &server::Running, prefix: &str) -> String {
     let (_, text) = admin_get(running.admin_addr, "/metrics").await;
     text.lines()
@@ -761,11 +772,7 @@ async fn metric_line(running: &server::Running, prefix: &str) -> String {
 /// ready, and says loudly that it does; a good edit puts things right.
 #[tokio::test]
 async fn a_restart_with_a_broken_allowlist_serves_the_last_good_one() {
-    let dir = scratch("last-good");
-    let (list_dir, state_dir) = (dir.join("allowlist"), dir.join("state"));
-    std::fs::create_dir_all(&list_dir).unwrap();
-    std::fs::create_dir_all(&state_dir).unwrap();
-    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    let (dir, list_dir, state_dir, example) = pod_dirs("last-good");
     kubelet_write(&list_dir, &[("allowlist.yaml", &example)], 0);
     let (_, first) = start_in(&dir, &list_dir, &state_dir).await.unwrap();
     first.drain();
@@ -818,11 +825,7 @@ async fn a_restart_with_a_broken_allowlist_serves_the_last_good_one() {
 /// when the allowlist is fixed. Services keep routing to healthy replicas.
 #[tokio::test]
 async fn a_new_pod_with_a_broken_allowlist_waits_unready() {
-    let dir = scratch("no-last-good");
-    let (list_dir, state_dir) = (dir.join("allowlist"), dir.join("state"));
-    std::fs::create_dir_all(&list_dir).unwrap();
-    std::fs::create_dir_all(&state_dir).unwrap();
-    let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
+    let (dir, list_dir, state_dir, example) = pod_dirs("no-last-good");
     kubelet_write(
         &list_dir,
         &[("allowlist.yaml", &example.replace(PROMOTED, "sha256:abc"))],

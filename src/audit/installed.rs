@@ -63,6 +63,23 @@ impl std::str::FromStr for Csvs {
     }
 }
 
+/// `--allowlist-csv`, as `audit` (read once) and `serve` (watched) take it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CsvArgs {
+    /// Also promote what the installed operators' ClusterServiceVersions in
+    /// NAMESPACE (with names starting NAME-PREFIX) list, read from the
+    /// cluster and merged with the allowlist files (repeatable), e.g.
+    /// redhat-ods-operator/rhods-operator. `serve` watches them and is not
+    /// ready until each namespace has been read.
+    #[arg(
+        long = "allowlist-csv",
+        env = "DIGEST_GATE_ALLOWLIST_CSV",
+        value_delimiter = ',',
+        value_name = "NAMESPACE[/NAME-PREFIX]"
+    )]
+    pub allowlist_csv: Vec<Csvs>,
+}
+
 impl std::fmt::Display for Csvs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.prefix {

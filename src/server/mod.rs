@@ -52,17 +52,8 @@ pub struct Config {
     /// exiting.
     #[arg(long, env = "DIGEST_GATE_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// Also promote what the installed operators' ClusterServiceVersions in
-    /// NAMESPACE (with names starting NAME-PREFIX) list, watched, merged
-    /// with the files (repeatable), e.g. redhat-ods-operator/rhods-operator.
-    /// Not ready until each namespace has been read.
-    #[arg(
-        long = "allowlist-csv",
-        env = "DIGEST_GATE_ALLOWLIST_CSV",
-        value_delimiter = ',',
-        value_name = "NAMESPACE[/NAME-PREFIX]"
-    )]
-    pub allowlist_csv: Vec<crate::audit::installed::Csvs>,
+    #[command(flatten)]
+    pub csvs: crate::audit::installed::CsvArgs,
     #[arg(skip)]
     pub policy: Policy,
     /// Largest AdmissionReview body accepted (bytes).
@@ -265,7 +256,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     // With --allowlist-csv the files are only part of the allowlist: whether
     // it is usable is asked once the CSVs are merged in, and until then the
     // server is not ready.
-    let waiting = !config.allowlist_csv.is_empty();
+    let waiting = !config.csvs.allowlist_csv.is_empty();
     let last_good = config.state_dir.as_deref().map(reload::LastGood::in_dir);
     let read = reload::load_allowlist(&config.allowlists, None);
     let checked = read.loaded.and_then(|l| match waiting {
@@ -338,7 +329,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             timeout: None,
         };
         installed::spawn(
-            config.allowlist_csv.clone(),
+            config.csvs.allowlist_csv.clone(),
             settings,
             installed.clone(),
             state.clone(),
