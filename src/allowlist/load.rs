@@ -91,7 +91,7 @@ pub struct SourceSummary {
 }
 
 /// A loaded allowlist with what went into it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Loaded {
     pub allowlist: Allowlist,
     pub sources: Vec<SourceSummary>,

@@ -99,17 +99,14 @@ async fn run(config: Background, state: Arc<State>, mut stop: watch::Receiver<bo
         context: config.context.clone(),
         timeout: Some(Duration::from_secs(30)),
     };
-    let connection = loop {
-        match Connection::open(&settings).await {
-            Ok(c) => break c,
-            Err(e) => {
-                state.metrics.audit_failed();
-                tracing::error!(error = %e, "background audit: no cluster connection; retrying");
-                if stopped_within(&mut stop, config.interval).await {
-                    return;
-                }
-            }
-        }
+    let failed = |e: &str| {
+        state.metrics.audit_failed();
+        tracing::error!(error = %e, "background audit: no cluster connection; retrying");
+    };
+    let Some(connection) =
+        Connection::open_until_stopped(&settings, config.interval, &mut stop, failed).await
+    else {
+        return;
     };
     // Without a Lease nothing elects: this replica always audits, and the
     // sender is kept so the channel never closes.
@@ -170,11 +167,6 @@ async fn run(config: Background, state: Arc<State>, mut stop: watch::Receiver<bo
     if let Some(task) = lease {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
-}
-
-/// Whether `stop` turned true within `wait`.
-async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: Duration) -> bool {
-    tokio::time::timeout(wait, stop.wait_for(|s| *s)).await.is_ok()
 }
 
 type LeaseTask =

@@ -60,6 +60,28 @@ impl Connection {
         })
     }
 
+    /// [`Self::open`], tried again every `every` until it works, each
+    /// failure told to `failed`: what the server's background threads
+    /// (the audit, the CSV watch) start with. `None` once `stop` turns true.
+    pub async fn open_until_stopped(
+        settings: &Settings,
+        every: Duration,
+        stop: &mut tokio::sync::watch::Receiver<bool>,
+        mut failed: impl FnMut(&str),
+    ) -> Option<Connection> {
+        loop {
+            match Self::open(settings).await {
+                Ok(c) => return Some(c),
+                Err(e) => {
+                    failed(&e);
+                    if tokio::time::timeout(every, stop.wait_for(|s| *s)).await.is_ok() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
     /// Words a failed request `doing` (e.g. `list Pods in namespace "x"`)
     /// for a person: the apiserver's own message when it answered, what
     /// could not be reached when it did not.

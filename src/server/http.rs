@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::installed::Installed;
 use crate::admission::{self, Endpoint};
-use crate::allowlist::{self, Allowlist, Source};
+use crate::allowlist::{Allowlist, Source};
 use crate::metrics::{self, Metrics, RequestLabels};
 use crate::policy::{Policy, PromotedBy};
 use crate::text::{self, Cut};
@@ -114,9 +114,7 @@ impl State {
     /// why it would not be used.
     pub fn check_allowlist(&self, sources: &[Source]) -> Result<(), String> {
         let installed = self.installed.as_ref().and_then(|i| i.sources());
-        let mut all = sources.to_vec();
-        all.extend_from_slice(installed.as_deref().unwrap_or_default());
-        let loaded = allowlist::load_sources(&all).map_err(|e| e.to_string())?;
+        let loaded = super::reload::merge(sources, installed.as_deref())?;
         super::reload::usable(&loaded, &self.policy)
     }
 

@@ -70,17 +70,12 @@ pub fn spawn(
             }
         };
         runtime.block_on(async move {
-            let connection = loop {
-                match Connection::open(&settings).await {
-                    Ok(c) => break c,
-                    Err(error) => {
-                        state.metrics.reload(SOURCE, false);
-                        tracing::error!(%error, "installed ClusterServiceVersions: no cluster connection; retrying");
-                        if tokio::time::timeout(RETRY, stop.wait_for(|s| *s)).await.is_ok() {
-                            return;
-                        }
-                    }
-                }
+            let failed = |error: &str| {
+                state.metrics.reload(SOURCE, false);
+                tracing::error!(%error, "installed ClusterServiceVersions: no cluster connection; retrying");
+            };
+            let Some(connection) = Connection::open_until_stopped(&settings, RETRY, &mut stop, failed).await else {
+                return;
             };
             let named: Vec<String> = specs.iter().map(Csvs::to_string).collect();
             tracing::info!(server = %connection.server, csvs = %named.join(","), "watching the installed ClusterServiceVersions");

@@ -259,17 +259,14 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let waiting = !config.csvs.allowlist_csv.is_empty();
     let last_good = config.state_dir.as_deref().map(reload::LastGood::in_dir);
     let read = reload::load_allowlist(&config.allowlists, None);
-    let checked = read.loaded.and_then(|l| match waiting {
-        true => Ok(l),
-        false => reload::usable(&l, &config.policy).map(|()| l),
-    });
+    let checked = read
+        .loaded
+        .and_then(|l| reload::usable_unless_waiting(l, &config.policy, waiting));
     let mut unready = waiting.then_some(http::WAITING_FOR_CSVS);
     let (loaded, stale) = match checked {
         Ok(loaded) => {
-            if let Some(last_good) = &last_good
-                && let Err(error) = last_good.save(&read.files)
-            {
-                tracing::warn!(%error, "the allowlist loaded but could not be kept for a restart");
+            if let Some(last_good) = &last_good {
+                last_good.keep(&read.files);
             }
             (loaded, false)
         }
@@ -277,15 +274,13 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         Err(error) if last_good.is_none() => return Err(ServerError::Allowlist(error)),
         Err(error) => match last_good
             .as_ref()
-            .map(|l| fall_back(l, &error, &config.policy, waiting))
+            .and_then(|l| fall_back(l, &error, &config.policy, waiting))
         {
-            Some(Some(loaded)) => (loaded, true),
-            _ => {
+            Some(loaded) => (loaded, true),
+            None => {
                 tracing::error!(%error, "the allowlist cannot be used and no last good copy was kept; not ready until it can be");
                 unready = Some(http::WAITING_FOR_ALLOWLIST);
-                let empty =
-                    crate::allowlist::load_sources(&[]).map_err(|e| ServerError::Allowlist(e.to_string()))?;
-                (empty, true)
+                (Loaded::default(), true)
             }
         },
     };
@@ -392,10 +387,7 @@ fn fall_back(last_good: &reload::LastGood, error: &str, policy: &Policy, waiting
     };
     let loaded = crate::allowlist::load_sources(&files)
         .map_err(|e| e.to_string())
-        .and_then(|l| match waiting {
-            true => Ok(l),
-            false => reload::usable(&l, policy).map(|()| l),
-        });
+        .and_then(|l| reload::usable_unless_waiting(l, policy, waiting));
     match loaded {
         Ok(loaded) => {
             tracing::error!(%error, saved = %saved, "the allowlist cannot be used; serving the last good copy kept in --state-dir until it can");

@@ -45,10 +45,6 @@ pub struct Reloader {
     installed: Option<Arc<Installed>>,
     /// The generation of `installed` last merged.
     installed_seen: u64,
-    /// Whether the allowlist in force is the one to serve (usable, with
-    /// every source, the installed CSVs too); until then the server is not
-    /// ready.
-    complete: bool,
     /// Where the last good allowlist files are kept (`--state-dir`).
     last_good: Option<LastGood>,
     cert_files: CertFiles,
@@ -121,6 +117,15 @@ pub struct Read {
     pub loaded: Result<Loaded, String>,
 }
 
+/// [`usable`], unless the allowlist still waits for the installed CSVs:
+/// the files alone need not promote anything then.
+pub fn usable_unless_waiting(loaded: Loaded, policy: &Policy, waiting: bool) -> Result<Loaded, String> {
+    if !waiting {
+        usable(&loaded, policy)?;
+    }
+    Ok(loaded)
+}
+
 /// Reads and parses the allowlist files, then `installed` (the CSVs of
 /// `--allowlist-csv`, once listed). Whether the result is [`usable`] is the
 /// caller's question: before the CSVs arrive the files alone need not be.
@@ -137,10 +142,16 @@ pub fn load_allowlist(paths: &[PathBuf], installed: Option<&[Source]>) -> Read {
         }
     };
     let seen = fingerprint(&(&files, installed));
-    let mut sources = files.clone();
-    sources.extend_from_slice(installed.unwrap_or_default());
-    let loaded = allowlist::load_sources(&sources).map_err(|e| e.to_string());
+    let loaded = merge(&files, installed);
     Read { seen, files, loaded }
+}
+
+/// Loads allowlist files and then the installed CSVs, as one allowlist: what
+/// a reload puts in force, and what `/validate-allowlist` checks an edit by.
+pub fn merge(files: &[Source], installed: Option<&[Source]>) -> Result<Loaded, String> {
+    let mut sources = files.to_vec();
+    sources.extend_from_slice(installed.unwrap_or_default());
+    allowlist::load_sources(&sources).map_err(|e| e.to_string())
 }
 
 /// `--state-dir`: the last allowlist files that loaded. The running server
@@ -156,6 +167,14 @@ impl LastGood {
     pub fn in_dir(dir: &Path) -> Self {
         Self {
             path: dir.join("last-good-allowlist.json"),
+        }
+    }
+
+    /// [`Self::save`], a failure logged: the allowlist is in force either
+    /// way, only a restart could not fall back on it.
+    pub fn keep(&self, files: &[Source]) {
+        if let Err(error) = self.save(files) {
+            tracing::warn!(%error, "the allowlist loaded but could not be kept for a restart");
         }
     }
 
@@ -217,7 +236,6 @@ impl Reloader {
         let cert_stat = stat_of(&[&cert_files.cert, &cert_files.key]);
         let allowlist_stat = allowlist_stat(&allowlists);
         Self {
-            complete: !state.ready.waiting(),
             state,
             allowlists,
             last_good,
@@ -298,20 +316,16 @@ impl Reloader {
                     metrics.reload("allowlist", true);
                     tracing::info!(repositories = repos, digests, "allowlist reloaded");
                 }
-                if let Some(last_good) = &self.last_good
-                    && let Err(error) = last_good.save(&read.files)
-                {
-                    tracing::warn!(%error, "the allowlist loaded but could not be kept for a restart");
+                if let Some(last_good) = &self.last_good {
+                    last_good.keep(&read.files);
                 }
-                if !self.complete {
-                    self.complete = true;
-                    self.state.ready.complete();
-                }
+                // Usable, with every source (the installed CSVs too): ready.
+                self.state.ready.complete();
             }
             Err(error) => {
                 metrics.reload("allowlist", false);
                 metrics.allowlist_stale(true);
-                if self.complete {
+                if !self.state.ready.waiting() {
                     tracing::warn!(%error, "allowlist reload failed; the last good allowlist stays in force");
                 } else {
                     tracing::error!(%error, "the allowlist cannot be used; still not ready");
