@@ -653,6 +653,7 @@ impl Loader {
                 }
             ),
             package: name.and_then(|n| package_of(n, version.as_ref())),
+            name: name.map(str::to_owned),
             version,
             replaces: text("/spec/replaces").map(str::to_owned),
         });
@@ -867,6 +868,36 @@ mod tests {
         assert!(
             list.exemption("quay.io/platform/debug-shell", None, None)
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn csvs_linked_by_replaces_order_an_upgrade_whatever_their_names() {
+        // The pair's real names are rhods-operator.1.20.1/1.21.0; here the
+        // names carry no version, so only spec.replaces says they are one
+        // operator.
+        let base = include_str!("../../tests/data/allowlists/rhods-operator.csv.yaml");
+        let old = include_str!("../../tests/data/allowlists/rhods-operator.1.20.1.csv.yaml");
+        let text = format!(
+            "{}\n---\n{}",
+            old.replace("name: rhods-operator.1.20.1", "name: rhods-stable"),
+            base.replace("name: rhods-operator.1.21.0", "name: rhods-fast")
+                .replace("replaces: rhods-operator.1.20.1", "replaces: rhods-stable")
+        );
+        assert!(text.contains("replaces: rhods-stable"), "the fixture changed");
+        let list = load_text("csvs.yaml", &text).unwrap().allowlist;
+        let c = list.candidates("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8");
+        let (p, by) = c.newest_release().expect("replaces links the two releases");
+        assert!(p.digest.starts_with("sha256:8af20e48bb48"), "{}", p.digest);
+        assert_eq!(by.release().as_deref(), Some("rhods-fast 1.21.0"));
+        assert_eq!(by.origin, "ClusterServiceVersion rhods-fast");
+
+        let unlinked = text.replace("replaces: rhods-stable", "replaces: rhods-operator.1.19.0");
+        let list = load_text("csvs.yaml", &unlinked).unwrap().allowlist;
+        assert!(
+            list.candidates("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8")
+                .newest_release()
+                .is_none()
         );
     }
 

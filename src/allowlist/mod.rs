@@ -47,8 +47,11 @@ pub struct Provenance {
     /// The operator release (a CSV's `spec.version`), when known.
     pub version: Option<semver::Version>,
     /// The operator a CSV is a release of: its name before the version, the
-    /// same in every release of one package.
+    /// same in every release of one package. CSVs linked by `spec.replaces`
+    /// share one ([`Builder::build`]), whatever their names.
     pub package: Option<String>,
+    /// The CSV's `metadata.name`, which another CSV's `replaces` names.
+    pub name: Option<String>,
     /// The CSV this one replaces (`spec.replaces`).
     pub replaces: Option<String>,
 }
@@ -61,6 +64,7 @@ impl Provenance {
             origin,
             version: None,
             package: None,
+            name: None,
             replaces: None,
         }
     }
@@ -673,6 +677,7 @@ impl Builder {
     /// The finished allowlist.
     pub fn build(self) -> Allowlist {
         let mut list = self.list;
+        link_replaces(&mut list.provenances);
         let mut basenames: Vec<(u64, u32)> = list
             .order
             .iter()
@@ -682,6 +687,65 @@ impl Builder {
         basenames.sort_unstable();
         list.basenames = basenames;
         list
+    }
+}
+
+/// Gives CSVs linked by `spec.replaces` one package, so the newest-release
+/// rule orders an upgrade whose CSV names do not end in their version (or
+/// that renamed the operator). The package is the newest linked release's,
+/// else the name it would have had; a release without a version stays out of
+/// any order.
+fn link_replaces(provenances: &mut [Arc<Provenance>]) {
+    if provenances.iter().all(|p| p.replaces.is_none()) {
+        return;
+    }
+    // Union-find over provenance indexes; roots are the smallest index.
+    let mut parent: Vec<usize> = (0..provenances.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let by_name: HashMap<&str, usize> = provenances
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((p.name.as_deref()?, i)))
+        .collect();
+    for (i, p) in provenances.iter().enumerate() {
+        let Some(&j) = p.replaces.as_deref().and_then(|r| by_name.get(r)) else {
+            continue;
+        };
+        let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+        parent[a.max(b)] = a.min(b);
+    }
+    let groups: Vec<usize> = (0..provenances.len()).map(|i| root(&mut parent, i)).collect();
+    let mut sizes: HashMap<usize, usize> = HashMap::new();
+    for &g in &groups {
+        *sizes.entry(g).or_default() += 1;
+    }
+    // The newest release's package per linked group.
+    let mut packages: HashMap<usize, (Option<&semver::Version>, String)> = HashMap::new();
+    for (p, &group) in provenances.iter().zip(&groups) {
+        let Some(package) = p.package.as_ref().or(p.name.as_ref()) else {
+            continue;
+        };
+        if sizes[&group] < 2 {
+            continue;
+        }
+        let entry = packages.entry(group).or_insert((None, String::new()));
+        if entry.1.is_empty() || p.version.as_ref() > entry.0 {
+            *entry = (p.version.as_ref(), package.clone());
+        }
+    }
+    let packages: HashMap<usize, String> = packages.into_iter().map(|(g, (_, name))| (g, name)).collect();
+    for (p, group) in provenances.iter_mut().zip(groups) {
+        if let Some(package) = packages.get(&group)
+            && p.package.as_ref() != Some(package)
+        {
+            Arc::make_mut(p).package = Some(package.clone());
+        }
     }
 }
 
@@ -832,6 +896,46 @@ mod tests {
             c.promotions(&d('b'))[0].0.origin,
             "ClusterServiceVersion op.1.10.0"
         );
+    }
+
+    #[test]
+    fn releases_linked_by_replaces_are_one_operator() {
+        // Names that do not end in their version: only `replaces` links them.
+        let mut b = Builder::default();
+        let csv = |b: &mut Builder, name: &str, version: &str, replaces: Option<&str>| {
+            let provenance = b.provenance(Provenance {
+                version: Some(semver::Version::parse(version).unwrap()),
+                name: Some(name.into()),
+                replaces: replaces.map(Into::into),
+                ..Provenance::of("csv.yaml".into(), format!("ClusterServiceVersion {name}"))
+            });
+            Origin {
+                provenance,
+                ..origin(1)
+            }
+        };
+        let old = csv(&mut b, "serving-stable", "1.20.1", None);
+        let new = csv(&mut b, "serving-fast", "1.21.0", Some("serving-stable"));
+        let other = csv(&mut b, "unrelated", "9.0.0", None);
+        b.promote("quay.io/x/y", &d('a'), &[], &old).unwrap();
+        b.promote("quay.io/x/y", &d('b'), &[], &new).unwrap();
+        b.promote("quay.io/x/z", &d('c'), &[], &other).unwrap();
+        let list = b.build();
+        let (p, by) = list.candidates("quay.io/x/y").newest_release().unwrap();
+        assert_eq!(
+            (&*p.digest, by.release().as_deref()),
+            (d('b').as_str(), Some("serving-fast 1.21.0"))
+        );
+        // An unlinked CSV whose name has no version keeps no package.
+        assert_eq!(list.provenances()[other.provenance as usize].package, None);
+
+        // Without the link there is no order.
+        let mut b = Builder::default();
+        let old = csv(&mut b, "serving-stable", "1.20.1", None);
+        let new = csv(&mut b, "serving-fast", "1.21.0", Some("something-else"));
+        b.promote("quay.io/x/y", &d('a'), &[], &old).unwrap();
+        b.promote("quay.io/x/y", &d('b'), &[], &new).unwrap();
+        assert!(b.build().candidates("quay.io/x/y").newest_release().is_none());
     }
 
     #[rstest::rstest]

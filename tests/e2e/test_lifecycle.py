@@ -243,6 +243,16 @@ def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(clus
     assert (release.pod.state / "volumes" / "state" / "last-good-allowlist.json").exists()
 
 
+def test_upgrade_from_0_5_0_keeps_every_object_but_its_versions(cluster, release, models, tmp_path):
+    old = previous_chart("0.5.0", tmp_path / "old")
+    before = release.install(release.values(), chart=old, raw=True)
+    after = release.upgrade()
+    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.5.0"
+    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
     """The loopback pod serves exactly the chart's Secret; the apiserver's
     view of the CA is the bundle in the webhook configurations."""
