@@ -89,6 +89,7 @@ pub struct Metrics {
     allowlist_stale: Gauge,
     tls_handshake_failures: Counter,
     open_connections: Gauge,
+    evicted_connections: Family<ReasonLabels, Counter>,
     audit_findings: Family<AuditLabels, Gauge>,
     audit_last_success: Gauge<f64, AtomicU64>,
     audit_duration: Histogram,
@@ -182,6 +183,12 @@ impl Metrics {
                 "open_connections",
                 "Webhook connections currently open",
                 Gauge::default(),
+            ),
+            evicted_connections: add(
+                &mut r,
+                "connections_evicted",
+                "Webhook connections closed to make room, by reason: pending-handshakes and pending-handshakes-per-peer (the oldest TLS handshake not finished, at --max-pending-handshakes or --max-pending-per-peer), unserved (the oldest connection that had not sent a whole request, at --max-connections), full (a new connection, at --max-connections with every one served)",
+                Family::<ReasonLabels, Counter>::default(),
             ),
             audit_findings: add(
                 &mut r,
@@ -320,6 +327,13 @@ impl Metrics {
     /// Tracks open connections.
     pub fn connection_closed(&self) {
         self.open_connections.dec();
+    }
+
+    /// Counts a connection closed to make room.
+    pub fn connection_evicted(&self, why: crate::server::gate::Eviction) {
+        self.evicted_connections
+            .get_or_create(&ReasonLabels { reason: why.as_str() })
+            .inc();
     }
 
     /// The OpenMetrics text exposition.

@@ -143,38 +143,56 @@ async fn sigterm_under_load_loses_no_in_flight_review() {
     assert_eq!(answered, received, "every answered review reached its client");
 }
 
-/// At the connection limit the server stops accepting; the next client waits
-/// in the backlog and is served as soon as a slot frees.
+/// At the connection limit the server keeps accepting: a connection that
+/// has not sent a request is closed for the new one, served connections
+/// keep theirs, and once every connection has been served the newcomer is
+/// the one closed. Open connections never exceed the limit for long.
 #[tokio::test]
 async fn connections_are_bounded() {
+    use tokio::io::AsyncReadExt;
     let (running, pki) = start_server("bounded", |c| c.max_connections = 2).await;
     let addr = running.webhook_addr;
-    let first = Client::open(addr, &pki.ca_pem).await;
+    // Established, never sends a request.
+    let mut silent = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await.unwrap();
     let mut second = Client::open(addr, &pki.ca_pem).await;
     second
         .review("/mutate", &review("second", "CREATE", &runtime(), None))
         .await;
-    // The third handshake cannot complete while both slots are taken.
-    let ca = pki.ca_pem.clone();
-    let third = tokio::spawn(async move { connect(addr, &ca, &[b"http/1.1"], None).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !third.is_finished(),
-        "a third connection was accepted past the limit"
-    );
-    drop(first);
-    let stream = tokio::time::timeout(Duration::from_secs(5), third)
+    // The third is served at once: the silent one made room.
+    let mut third = tokio::time::timeout(Duration::from_secs(5), Client::open(addr, &pki.ca_pem))
         .await
-        .expect("served once a slot frees")
-        .unwrap()
-        .unwrap();
-    let mut third = Client::http1(stream).await;
+        .expect("accepted at the limit");
     assert_contract(
         &third
             .review("/mutate", &review("third", "CREATE", &runtime(), None))
             .await,
         "third",
     );
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut [0u8; 1]))
+        .await
+        .expect("the silent connection was closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    // Both served: a fourth is closed, and the two keep being served.
+    let fourth = connect(addr, &pki.ca_pem, &[b"http/1.1"], None).await;
+    if let Ok(mut stream) = fourth {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut [0u8; 1])).await;
+        assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+    }
+    for (client, uid) in [(&mut second, "second-again"), (&mut third, "third-again")] {
+        let answer = client
+            .review("/mutate", &review(uid, "CREATE", &runtime(), None))
+            .await;
+        assert_contract(&answer, uid);
+    }
+    let metrics = running.state.metrics.encode();
+    for reason in ["unserved", "full"] {
+        assert!(
+            metrics.contains(&format!(
+                "digest_gate_connections_evicted_total{{reason=\"{reason}\"}} 1"
+            )),
+            "{reason}:\n{metrics}"
+        );
+    }
     running.drain();
     running.wait().await;
 }

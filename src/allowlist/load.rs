@@ -876,8 +876,17 @@ mod tests {
         // The pair's real names are rhods-operator.1.20.1/1.21.0; here the
         // names carry no version, so only spec.replaces says they are one
         // operator.
-        let base = include_str!("../../tests/data/allowlists/rhods-operator.csv.yaml");
-        let old = include_str!("../../tests/data/allowlists/rhods-operator.1.20.1.csv.yaml");
+        let read = |file: &str| {
+            std::fs::read_to_string(format!(
+                "{}/tests/data/allowlists/{file}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap()
+        };
+        let (base, old) = (
+            read("rhods-operator.csv.yaml"),
+            read("rhods-operator.1.20.1.csv.yaml"),
+        );
         let text = format!(
             "{}\n---\n{}",
             old.replace("name: rhods-operator.1.20.1", "name: rhods-stable"),

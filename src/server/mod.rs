@@ -1,6 +1,7 @@
 //! `digest-gate serve`: the webhook on TLS, the admin endpoints on plain HTTP,
 //! hot reloads, and a graceful drain.
 
+pub mod gate;
 pub mod http;
 pub mod installed;
 pub mod reload;
@@ -16,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 pub use http::{State, admin_router, webhook_router};
@@ -59,14 +60,24 @@ pub struct Config {
     /// Largest AdmissionReview body accepted (bytes).
     #[arg(long, env = "DIGEST_GATE_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Most webhook connections open at once; more wait in the backlog.
+    /// Most established webhook connections; at the cap the oldest one that
+    /// has not sent a whole request is closed for a new one.
     #[arg(long, env = "DIGEST_GATE_MAX_CONNECTIONS", default_value = "1024", value_parser = parse_connections)]
     pub max_connections: usize,
+    /// Most connections whose TLS handshake has not finished; at the cap the
+    /// oldest is closed for a new one, so a client that opens sockets and
+    /// sends nothing cannot keep others out.
+    #[arg(long, env = "DIGEST_GATE_MAX_PENDING_HANDSHAKES", default_value = "256", value_parser = parse_connections)]
+    pub max_pending_handshakes: usize,
+    /// Most unfinished TLS handshakes from one peer address; at the cap that
+    /// peer's oldest is closed. An apiserver's handshakes take milliseconds.
+    #[arg(long, env = "DIGEST_GATE_MAX_PENDING_PER_PEER", default_value = "64", value_parser = parse_connections)]
+    pub max_pending_per_peer: usize,
     /// Time a client has to send request headers, and a body.
     #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
-    /// Time a TLS handshake may take.
-    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    /// Time a TLS handshake may take (the apiserver's takes milliseconds).
+    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
     /// Time in-flight reviews get to finish on SIGTERM.
     #[arg(long, env = "DIGEST_GATE_GRACE_PERIOD", default_value = "20s", value_parser = parse_duration)]
@@ -468,7 +479,12 @@ pub async fn serve_tls(
     config: &Config,
     mut drain: watch::Receiver<bool>,
 ) {
+    // The protocol is known from ALPN once the handshake is done: serving it
+    // directly (not auto-detected) puts a connection that sends nothing
+    // under the header read timeout from its start, where detection would
+    // wait for a first byte with no timer at all.
     let builder = http_builder(config);
+    let builders = Arc::new((builder.clone().http1_only(), builder.http2_only()));
     let (phase_tx, phase) = watch::channel(Phase::Serving);
     let service = TowerToHyperService::new(router);
     // Read by every answer (a watch borrow would take a lock per request).
@@ -476,7 +492,11 @@ pub async fn serve_tls(
     // Each established connection holds a sender; when all are dropped the
     // receiver sees the end.
     let (open_tx, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
-    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let gate = gate::Gate::new(gate::Limits {
+        pending: config.max_pending_handshakes,
+        per_peer: config.max_pending_per_peer,
+        established: config.max_connections,
+    });
 
     let stopping = async {
         let _ = drain.wait_for(|d| *d).await;
@@ -486,12 +506,7 @@ pub async fn serve_tls(
     };
     let mut stopping = std::pin::pin!(stopping);
     loop {
-        // Backpressure: at the connection limit, stop accepting and let the
-        // kernel's backlog hold new clients.
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-            () = &mut stopping => break,
-        };
+        // Never waits for a slot: the gate makes room (see gate.rs).
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -505,19 +520,34 @@ pub async fn serve_tls(
             () = &mut stopping => break,
         };
         let _ = tcp.set_nodelay(true);
+        let mut ticket = gate.admit(peer.ip());
         let acceptor = acceptor.clone();
-        let builder = builder.clone();
+        let builders = builders.clone();
         let service = service.clone();
         let state = state.clone();
+        let gate = gate.clone();
         let handshake_timeout = config.handshake_timeout;
         let mut phase = phase.clone();
         let draining = draining.clone();
         let open = open_tx.clone();
         tokio::spawn(async move {
-            let _permit = permit;
             state.metrics.connection_opened();
-            match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => {
+            let handshake = tokio::select! {
+                done = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)) => Some(done),
+                Ok(why) = &mut ticket.evicted => {
+                    state.metrics.connection_evicted(why);
+                    tracing::debug!(%peer, reason = why.as_str(), "pending TLS handshake closed to make room");
+                    None
+                }
+            };
+            match handshake {
+                None => {}
+                // Moving to the established may find no room.
+                Some(Ok(Ok(_))) if ticket.established().is_err() => {
+                    state.metrics.connection_evicted(gate::Eviction::Full);
+                    tracing::warn!(%peer, "connection closed: --max-connections reached and every connection is serving");
+                }
+                Some(Ok(Ok(stream))) => {
                     let _open = open;
                     let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                     // A connection that has not sent its first request yet
@@ -526,8 +556,11 @@ pub async fn serve_tls(
                     // close`), or to the header read timeout.
                     let served = Arc::new(AtomicBool::new(false));
                     let seen = served.clone();
+                    let (id, client) = ticket.key();
                     let service = hyper::service::service_fn(move |request| {
-                        seen.store(true, Ordering::Relaxed);
+                        if !seen.swap(true, Ordering::Relaxed) {
+                            gate.served(id, client);
+                        }
                         let answer = hyper::service::Service::call(&service, request);
                         let draining = draining.clone();
                         async move {
@@ -548,9 +581,13 @@ pub async fn serve_tls(
                     // is told by its next answer, and closed here only once
                     // the listener is.
                     let told_at = if h2 { Phase::Draining } else { Phase::Closing };
+                    let builder = if h2 { &builders.1 } else { &builders.0 };
                     let conn = builder.serve_connection(TokioIo::new(stream), service);
                     let mut conn = std::pin::pin!(conn);
                     let mut told = false;
+                    // Until served, the gate may close the connection for a
+                    // newer one; serving closes that channel.
+                    let mut evictable = true;
                     let ended = loop {
                         tokio::select! {
                             ended = conn.as_mut() => break ended,
@@ -560,21 +597,30 @@ pub async fn serve_tls(
                                     conn.as_mut().graceful_shutdown();
                                 }
                             }
+                            evicted = &mut ticket.evicted, if evictable => {
+                                evictable = false;
+                                if let Ok(why) = evicted {
+                                    state.metrics.connection_evicted(why);
+                                    tracing::debug!(%peer, reason = why.as_str(), "idle connection closed to make room");
+                                    break Ok(());
+                                }
+                            }
                         }
                     };
                     if let Err(e) = ended {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                 }
-                Ok(Err(e)) => {
+                Some(Ok(Err(e))) => {
                     state.metrics.tls_handshake_failed();
                     tracing::debug!(%peer, error = %e, "TLS handshake failed");
                 }
-                Err(_) => {
+                Some(Err(_)) => {
                     state.metrics.tls_handshake_failed();
                     tracing::debug!(%peer, "TLS handshake timed out");
                 }
             }
+            drop(ticket);
             state.metrics.connection_closed();
         });
     }
@@ -631,7 +677,8 @@ mod tests {
         assert_eq!(c.admin_listen, SocketAddr::from(([0, 0, 0, 0], 8080)));
         assert_eq!((c.max_body_bytes, c.max_connections), (8 * 1024 * 1024, 1024));
         assert_eq!(c.request_timeout, Duration::from_secs(10));
-        assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+        assert_eq!(c.handshake_timeout, Duration::from_secs(3));
+        assert_eq!((c.max_pending_handshakes, c.max_pending_per_peer), (256, 64));
         assert_eq!(c.grace_period, Duration::from_secs(20));
         assert_eq!(c.drain_delay, Duration::ZERO);
         assert_eq!(c.reload_interval, Duration::from_secs(2));

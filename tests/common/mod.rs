@@ -95,6 +95,19 @@ pub async fn connect_named(
     alpn: &[&[u8]],
     client: Option<&Issued>,
 ) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    handshake(tcp, ca_pem, server_name, alpn, client).await
+}
+
+/// A TLS client handshake on `tcp`, verifying the certificate for
+/// `server_name` against `ca_pem`.
+pub async fn handshake(
+    tcp: TcpStream,
+    ca_pem: &str,
+    server_name: &str,
+    alpn: &[&[u8]],
+    client: Option<&Issued>,
+) -> std::io::Result<TlsStream<TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -115,7 +128,6 @@ pub async fn connect_named(
         }
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::try_from(server_name.to_owned()).unwrap();
     TlsConnector::from(Arc::new(config)).connect(name, tcp).await
 }
