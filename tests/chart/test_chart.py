@@ -408,9 +408,11 @@ def test_renders_are_stable_so_upgrades_only_roll_out_on_real_changes():
 def test_server_settings_map_to_flags_the_binary_has():
     values = {"mode": "rewrite", "kindModes": {"ServingRuntime": "enforce", "ClusterServingRuntime": "enforce"},
               "unlisted": "allow", "logFormat": "text", "logLevel": "debug",
-              "exemptImages": ["quay.io/platform/debug-*"], "audit": AUDIT_ALL}
+              "exemptImages": ["quay.io/platform/debug-*"], "audit": AUDIT_ALL,
+              "server": {"maxPendingHandshakes": 100, "maxPendingPerPeer": 8, "handshakeTimeout": "2s"}}
     argv = args(render(values))
-    for flag in ["--mode=rewrite", "--kind-mode=ClusterServingRuntime=enforce", "--kind-mode=ServingRuntime=enforce",
+    for flag in ["--max-pending-handshakes=100", "--max-pending-per-peer=8", "--handshake-timeout=2s",
+                 "--max-connections=1024", "--mode=rewrite", "--kind-mode=ClusterServingRuntime=enforce", "--kind-mode=ServingRuntime=enforce",
                  "--unlisted=allow", "--log-format=text", "--log-level=debug", "--exempt-image=quay.io/platform/debug-*",
                  "--allowlist=/etc/digest-gate/allowlist"]:
         assert flag in argv, flag
@@ -456,6 +458,14 @@ def test_optional_objects():
     policy = one(objects, "NetworkPolicy")
     assert policy["spec"]["egress"] == [] and "Egress" in policy["spec"]["policyTypes"]
     assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == {"webhook", "admin"}
+    # The webhook port is open to every address unless webhookFrom names the
+    # apiserver's (it varies by platform).
+    webhook_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "webhook")
+    assert "from" not in webhook_rule
+    apiserver = [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
+    pinned = one(render({"networkPolicy": {"enabled": True, "webhookFrom": apiserver}}), "NetworkPolicy")
+    webhook_rule = next(r for r in pinned["spec"]["ingress"] if r["ports"][0]["port"] == "webhook")
+    assert webhook_rule["from"] == apiserver
     defaults = render()
     assert not find(defaults, "ServiceMonitor") and not find(defaults, "NetworkPolicy")
     assert not find(render({"replicaCount": 1}), "PodDisruptionBudget")

@@ -34,12 +34,25 @@ def unversioned(value):
     return value
 
 
+def without_0_6_0_additions(objects: list[dict]) -> list[dict]:
+    """Rendered objects without their versions and without what 0.6.0 adds
+    by default: the connection-phase flags (pending handshake caps and the
+    handshake timeout the chart now passes)."""
+    objects = unversioned(objects)
+    added = ("--max-pending-handshakes=", "--max-pending-per-peer=", "--handshake-timeout=")
+    for o in objects:
+        if o["kind"] == "Deployment":
+            c = o["spec"]["template"]["spec"]["containers"][0]
+            c["args"] = [a for a in c["args"] if not a.startswith(added)]
+    return objects
+
+
 def without_0_5_0_additions(objects: list[dict]) -> list[dict]:
     """Rendered objects without their versions and without what 0.5.0 adds
     by default: the validate-allowlist entry and the label it selects the
     allowlist ConfigMap by, and the emptyDir the last good allowlist is kept
-    in (--state-dir)."""
-    objects = unversioned(objects)
+    in (--state-dir); and see without_0_6_0_additions."""
+    objects = without_0_6_0_additions(objects)
     for o in objects:
         if o["kind"] == "ValidatingWebhookConfiguration":
             o["webhooks"] = [w for w in o["webhooks"] if w["name"] != "validate-allowlist.digest-gate.dev"]
@@ -243,12 +256,15 @@ def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(clus
     assert (release.pod.state / "volumes" / "state" / "last-good-allowlist.json").exists()
 
 
-def test_upgrade_from_0_5_0_keeps_every_object_but_its_versions(cluster, release, models, tmp_path):
+def test_upgrade_from_0_5_0_adds_only_the_connection_flags(cluster, release, models, tmp_path):
     old = previous_chart("0.5.0", tmp_path / "old")
     before = release.install(release.values(), chart=old, raw=True)
     after = release.upgrade()
     assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.5.0"
-    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    assert without_0_6_0_additions(manifest_objects(after)) == without_0_6_0_additions(manifest_objects(before))
+    args = next(o for o in manifest_objects(after) if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--handshake-timeout=3s" in args and "--max-pending-per-peer=64" in args
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
