@@ -556,9 +556,17 @@ impl Judgement {
             })
             .collect();
         let record = serde_json::to_string(&this).expect("records serialise");
+        // The first rewrite of an object without a record annotates it with
+        // this very text: serialised once (the record, promotedBy included,
+        // is the largest part of a rewrite answer).
+        let annotation = if self.invocation <= 1 && history.is_none() {
+            Annotation::Text(record.clone())
+        } else {
+            Annotation::Record(this, history)
+        };
         Rewriting {
             ops: self.fix_ops(),
-            annotation: annotation_op(object, this, history, self.invocation),
+            annotation: annotation_op(object, annotation, self.invocation),
             record,
         }
     }
@@ -598,23 +606,31 @@ fn invocations(record: &Map<String, Value>) -> usize {
 
 /// Adds (or merges into) the rewritten-images annotation. Earlier records are
 /// kept so the annotation tells the object's whole history.
-fn annotation_op(
-    object: &Value,
-    mut record: Map<String, Value>,
-    history: Option<Map<String, Value>>,
-    invocation: usize,
-) -> PatchOperation {
-    if invocation > 1 {
-        for entry in record.values_mut() {
-            if let Value::Object(e) = entry {
-                e.insert("invocation".to_owned(), Value::from(invocation));
+/// What the rewritten-images annotation says: this answer's record merged
+/// into the object's history, or already serialised.
+enum Annotation {
+    Text(String),
+    Record(Map<String, Value>, Option<Map<String, Value>>),
+}
+
+fn annotation_op(object: &Value, annotation: Annotation, invocation: usize) -> PatchOperation {
+    let text = match annotation {
+        Annotation::Text(text) => text,
+        Annotation::Record(mut record, history) => {
+            if invocation > 1 {
+                for entry in record.values_mut() {
+                    if let Value::Object(e) = entry {
+                        e.insert("invocation".to_owned(), Value::from(invocation));
+                    }
+                }
             }
+            for (k, v) in history.into_iter().flatten() {
+                record.entry(k).or_insert(v);
+            }
+            Value::Object(record).to_string()
         }
-    }
-    for (k, v) in history.into_iter().flatten() {
-        record.entry(k).or_insert(v);
-    }
-    let text = Value::String(Value::Object(record).to_string());
+    };
+    let text = Value::String(text);
     let metadata = object.get("metadata");
     let annotations = metadata.and_then(|m| m.get("annotations"));
     let (tokens, value) = match (metadata, annotations) {
