@@ -118,6 +118,17 @@ struct RepoIndex {
     by_tag: HashMap<Box<str>, usize>,
 }
 
+/// Pushes `item`, allocating room for exactly one when `v` has none: most
+/// repositories have one digest, with one tag and one source, where a plain
+/// push would allocate four (three wasted slots per repository, 2.4 MiB at
+/// 10,000 repositories).
+fn push_first_exact<T>(v: &mut Vec<T>, item: T) {
+    if v.capacity() == 0 {
+        v.reserve_exact(1);
+    }
+    v.push(item);
+}
+
 /// Digests a repository holds before lookups switch from a scan to a hash.
 const SCAN_LIMIT: usize = 8;
 
@@ -152,7 +163,7 @@ impl Repository {
 
     fn push_digest(&mut self, digest: &str) -> usize {
         let i = self.digests.len();
-        self.digests.push(Promoted {
+        push_first_exact(&mut self.digests, Promoted {
             digest: digest.into(),
             tags: Vec::new(),
             promotions: Vec::new(),
@@ -173,7 +184,7 @@ impl Repository {
     }
 
     fn push_tag(&mut self, index: usize, tag: &str) {
-        self.digests[index].tags.push(tag.into());
+        push_first_exact(&mut self.digests[index].tags, tag.into());
         if let Some(ix) = &mut self.index {
             ix.by_tag.insert(tag.into(), index);
         }
@@ -561,7 +572,7 @@ impl Builder {
         };
         let promotions = &mut repo.digests[index].promotions;
         if !promotions.contains(&promotion) {
-            promotions.push(promotion);
+            push_first_exact(promotions, promotion);
         }
         for &tag in tags {
             match repo.find_tag(tag) {
