@@ -121,17 +121,20 @@ impl Pool {
         self.change(peer, |ids| ids.push_back(id));
     }
 
-    /// Takes `id` out (whoever ends or moves it); its sender is dropped.
-    fn remove(&mut self, id: u64, peer: IpAddr) {
-        if self.slots.remove(&id).is_none() {
-            return;
-        }
+    /// Takes `id` out (whoever ends, moves or evicts it), with its sender.
+    fn take(&mut self, id: u64, peer: IpAddr) -> Option<oneshot::Sender<Eviction>> {
+        let evict = self.slots.remove(&id)?;
         self.change(peer, |ids| {
             // Ends mostly come in opening order: near the front.
             if let Some(at) = ids.iter().position(|&x| x == id) {
                 ids.remove(at);
             }
         });
+        Some(evict)
+    }
+
+    fn remove(&mut self, id: u64, peer: IpAddr) {
+        self.take(id, peer);
     }
 
     fn peer_len(&self, peer: IpAddr) -> usize {
@@ -143,9 +146,15 @@ impl Pool {
         let Some(&id) = self.peers.get(&peer).and_then(VecDeque::front) else {
             return false;
         };
-        let evict = self.slots.contains_key(&id);
-        self.remove_and_tell(id, peer, why);
-        evict
+        match self.take(id, peer) {
+            Some(evict) => {
+                // The connection's task may already be ending: then nobody
+                // listens, and its slot is free all the same.
+                let _ = evict.send(why);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Closes the oldest connection of the peer holding the most.
@@ -154,15 +163,6 @@ impl Pool {
             Some(&(_, _, peer)) => self.evict_oldest_of(peer, why),
             None => false,
         }
-    }
-
-    fn remove_and_tell(&mut self, id: u64, peer: IpAddr, why: Eviction) {
-        if let Some(evict) = self.slots.get_mut(&id) {
-            // Sent before the slot goes: the receiver learns why.
-            let (tx, _) = oneshot::channel();
-            let _ = std::mem::replace(evict, tx).send(why);
-        }
-        self.remove(id, peer);
     }
 }
 
@@ -237,7 +237,8 @@ impl Gate {
     }
 
     /// Connections in each phase: (pending handshakes, established).
-    pub fn counts(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.pending.len(), inner.established)
     }
