@@ -163,11 +163,14 @@ impl Repository {
 
     fn push_digest(&mut self, digest: &str) -> usize {
         let i = self.digests.len();
-        push_first_exact(&mut self.digests, Promoted {
-            digest: digest.into(),
-            tags: Vec::new(),
-            promotions: Vec::new(),
-        });
+        push_first_exact(
+            &mut self.digests,
+            Promoted {
+                digest: digest.into(),
+                tags: Vec::new(),
+                promotions: Vec::new(),
+            },
+        );
         if let Some(ix) = &mut self.index {
             ix.by_digest.insert(digest.into(), i);
         } else if self.digests.len() > SCAN_LIMIT {
