@@ -188,9 +188,9 @@ def test_configmaps_and_templates_have_entries_of_their_own(default_objects):
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]},
             ]
         # Helm's default capabilities are a Kubernetes of 1.28 or later.
-        assert configmaps["matchConditions"] == [
+        assert configmaps["matchConditions"][1:] == [
             {"name": "named-configmaps", "expression": 'request.name in ["servingruntimes-config"]'}]
-        assert "matchConditions" not in templates
+        assert [c["name"] for c in templates["matchConditions"]] == ["not-being-deleted"]
     assert "--configmap-names=servingruntimes-config" in args(default_objects)
 
 
@@ -243,7 +243,7 @@ def test_the_configmap_switch_of_0_3_0_still_works():
     names = render({"webhook": {"configMaps": {"names": ["a", "b"]}}})
     assert "--configmap-names=a,b" in args(names)
     entry = webhook_configs(names)[0]["webhooks"][1]
-    assert entry["matchConditions"][0]["expression"] == 'request.name in ["a","b"]'
+    assert entry["matchConditions"][1]["expression"] == 'request.name in ["a","b"]'
 
 
 def test_switches_add_rules():
@@ -370,6 +370,76 @@ def test_deployment_is_hardened(default_objects):
     assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
     # Drain delay + grace period fit in the termination grace period.
     assert pod["terminationGracePeriodSeconds"] >= 5 + 15
+
+
+def placements(replicas: int, nodes: int, spread: dict) -> list[tuple[int, ...]]:
+    """Every way the scheduler may place `replicas` one by one on `nodes`
+    under one hard topology spread constraint (each placement keeps the
+    skew, max minus min pods per node, within maxSkew)."""
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+    done: set[tuple[int, ...]] = set()
+
+    def place(counts: tuple[int, ...], left: int):
+        if not left:
+            done.add(tuple(sorted(counts)))
+            return
+        for n in range(nodes):
+            after = counts[:n] + (counts[n] + 1,) + counts[n + 1:]
+            if max(after) - min(after) <= spread["maxSkew"]:
+                place(after, left - 1)
+
+    place((0,) * nodes, replicas)
+    return sorted(done)
+
+
+def test_two_replicas_on_two_nodes_survive_the_loss_of_one(default_objects):
+    deploy = one(default_objects, "Deployment")
+    pod = deploy["spec"]["template"]
+    by_node = next(c for c in pod["spec"]["topologySpreadConstraints"]
+                   if c["topologyKey"] == "kubernetes.io/hostname")
+    # The constraint counts this Deployment's pods.
+    assert by_node["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    replicas = deploy["spec"]["replicas"]
+    assert replicas == 2
+    # Every placement the scheduler may choose puts one replica on each node:
+    # whichever node is lost, one replica serves.
+    assert placements(replicas, 2, by_node) == [(1, 1)]
+    # One node: both still run (no skew in one domain).
+    assert placements(replicas, 1, by_node) == [(2,)]
+    # Zones are a preference, so clusters with one zone schedule.
+    zones = next(c for c in pod["spec"]["topologySpreadConstraints"]
+                 if c["topologyKey"] == "topology.kubernetes.io/zone")
+    assert zones["whenUnsatisfiable"] == "ScheduleAnyway"
+    # A drain takes one replica at a time.
+    assert one(default_objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_objects_being_deleted_skip_the_webhook_where_match_conditions_exist(default_objects):
+    # Helm's default capabilities are a Kubernetes of 1.28 or later; the e2e
+    # suite checks that an install on 1.20 renders no matchConditions.
+    for config in webhook_configs(default_objects):
+        for entry in config["webhooks"]:
+            found = [c["name"] for c in entry["matchConditions"]]
+            # Finalizer removal during an outage is never held up.
+            assert found[0] == "not-being-deleted", entry["name"]
+            assert entry["matchConditions"][0]["expression"] == "!has(object.metadata.deletionTimestamp)"
+            if "-configmaps." in entry["name"]:
+                assert found == ["not-being-deleted", "named-configmaps"]
+
+
+def test_workloads_register_every_kind_with_a_pod_template():
+    rules = webhook_configs(render({"webhook": {"workloads": True}}))[0]["webhooks"][0]["rules"]
+    registered = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
+    readme = (CHART.parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| Deployment, ReplicaSet"))
+    plural = {"Deployment": ("apps", "deployments"), "ReplicaSet": ("apps", "replicasets"),
+              "StatefulSet": ("apps", "statefulsets"), "DaemonSet": ("apps", "daemonsets"),
+              "Job": ("batch", "jobs"), "CronJob": ("batch", "cronjobs"),
+              "ReplicationController": ("", "replicationcontrollers"), "PodTemplate": ("", "podtemplates")}
+    kinds = [k.strip() for k in row.split("|")[1].split(",")]
+    for kind in kinds:
+        assert plural[kind] in registered, kind
+    assert ("batch", "cronjobs") in registered
 
 
 def test_pod_settings_pass_through():

@@ -35,15 +35,18 @@ def unversioned(value):
 
 
 def without_0_6_0_additions(objects: list[dict]) -> list[dict]:
-    """Rendered objects without their versions and without what 0.6.0 adds
+    """Rendered objects without their versions and without what 0.6.0 changes
     by default: the connection-phase flags (pending handshake caps and the
-    handshake timeout the chart now passes)."""
+    handshake timeout the chart now passes) and the hard spread over nodes."""
     objects = unversioned(objects)
     added = ("--max-pending-handshakes=", "--max-pending-per-peer=", "--handshake-timeout=")
     for o in objects:
         if o["kind"] == "Deployment":
-            c = o["spec"]["template"]["spec"]["containers"][0]
+            pod = o["spec"]["template"]["spec"]
+            c = pod["containers"][0]
             c["args"] = [a for a in c["args"] if not a.startswith(added)]
+            for spread in pod.get("topologySpreadConstraints", []):
+                spread.pop("whenUnsatisfiable", None)
     return objects
 
 
@@ -100,6 +103,10 @@ def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster,
         # kubectl resolves kind names itself.
         stored = cluster.get(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
         assert stored is not None, f"{o['kind']} {o['metadata']['name']} was not stored"
+    # Rendered for the cluster's version: no matchConditions before 1.28 (the
+    # chart tests check them on Helm's default, newer, capabilities).
+    hooks = [w for o in objects if o["kind"].endswith("WebhookConfiguration") for w in o["webhooks"]]
+    assert hooks and not [w["name"] for w in hooks if "matchConditions" in w]
     # 1.20 serves no policy/v1: the chart picked v1beta1 from the cluster's APIs.
     (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
     assert pdb["apiVersion"] == "policy/v1beta1"
@@ -256,7 +263,7 @@ def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(clus
     assert (release.pod.state / "volumes" / "state" / "last-good-allowlist.json").exists()
 
 
-def test_upgrade_from_0_5_0_adds_only_the_connection_flags(cluster, release, models, tmp_path):
+def test_upgrade_from_0_5_0_adds_the_connection_flags_and_the_hard_node_spread(cluster, release, models, tmp_path):
     old = previous_chart("0.5.0", tmp_path / "old")
     before = release.install(release.values(), chart=old, raw=True)
     after = release.upgrade()
@@ -265,6 +272,9 @@ def test_upgrade_from_0_5_0_adds_only_the_connection_flags(cluster, release, mod
     args = next(o for o in manifest_objects(after) if o["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert "--handshake-timeout=3s" in args and "--max-pending-per-peer=64" in args
+    spreads = next(o for o in manifest_objects(after) if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+        "topologySpreadConstraints"]
+    assert [s["whenUnsatisfiable"] for s in spreads] == ["DoNotSchedule", "ScheduleAnyway"]
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 

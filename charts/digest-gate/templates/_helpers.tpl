@@ -141,6 +141,11 @@ namespaceSelector and always reach the webhook.
   apiVersions: ["v1"]
   resources: ["jobs", "cronjobs"]
   scope: Namespaced
+- operations: ["CREATE", "UPDATE"]
+  apiGroups: [""]
+  apiVersions: ["v1"]
+  resources: ["replicationcontrollers", "podtemplates"]
+  scope: Namespaced
 {{- end }}
 {{- /* 0.1.0-0.3.0's boolean: ConfigMaps in the main entries. */}}
 {{- if and (kindIs "bool" .Values.webhook.configMaps) .Values.webhook.configMaps }}
@@ -160,6 +165,8 @@ Templates' entries, with namespaces and a failure policy of their own.
 */}}
 {{- define "digest-gate.webhooks" -}}
 {{- $root := .root }}
+{{- /* matchConditions (CEL) are served from Kubernetes 1.28. */}}
+{{- $matchConditions := semverCompare ">=1.28.0-0" $root.Capabilities.KubeVersion.Version }}
 {{- $main := dict "name" "" "failurePolicy" $root.Values.webhook.failurePolicy "selector" $root.Values.webhook.namespaceSelector "objectSelector" $root.Values.webhook.objectSelector "rules" (include "digest-gate.rules" $root) }}
 {{- $entries := list $main }}
 {{- $cm := $root.Values.webhook.configMaps }}
@@ -167,7 +174,7 @@ Templates' entries, with namespaces and a failure policy of their own.
 {{- $rules := include "digest-gate.kindRules" (dict "group" "" "resource" "configmaps") }}
 {{- $entry := dict "name" "-configmaps" "failurePolicy" ($cm.failurePolicy | default "Ignore") "selector" ($cm.namespaceSelector | default dict) "rules" $rules }}
 {{- /* Only the named ConfigMaps reach the webhook (CEL, Kubernetes 1.28+). */}}
-{{- if and $cm.names (semverCompare ">=1.28.0-0" $root.Capabilities.KubeVersion.Version) }}
+{{- if and $cm.names $matchConditions }}
 {{- $_ := set $entry "matchConditions" (list (dict "name" "named-configmaps" "expression" (printf "request.name in %s" (toJson $cm.names)))) }}
 {{- end }}
 {{- $entries = append $entries $entry }}
@@ -214,9 +221,16 @@ Templates' entries, with namespaces and a failure policy of their own.
   objectSelector:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with .matchConditions }}
+  {{- if $matchConditions }}
   matchConditions:
+    # An object being deleted is only having its finalizers removed: never
+    # hold that up (the server allows it too, but a down webhook under Fail
+    # would refuse it).
+    - name: not-being-deleted
+      expression: "!has(object.metadata.deletionTimestamp)"
+    {{- with .matchConditions }}
     {{- toYaml . | nindent 4 }}
+    {{- end }}
   {{- end }}
   rules:
     {{- .rules | nindent 4 }}
