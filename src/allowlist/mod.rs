@@ -913,6 +913,25 @@ mod tests {
     }
 
     #[test]
+    fn a_repository_with_one_digest_holds_room_for_one() {
+        // The 10,000-repository list's memory: three wasted slots each of
+        // digests, tags and sources were 2.4 MiB.
+        let mut b = Builder::default();
+        b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
+        let list = b.build();
+        let repo = list.repositories().next().unwrap();
+        let p = &repo.digests[0];
+        assert_eq!(
+            (
+                repo.digests.capacity(),
+                p.tags.capacity(),
+                p.promotions.capacity()
+            ),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
     fn releases_linked_by_replaces_are_one_operator() {
         // Names that do not end in their version: only `replaces` links them.
         let mut b = Builder::default();

@@ -545,7 +545,9 @@ pub async fn serve_tls(
                 // Moving to the established may find no room.
                 Some(Ok(Ok(_))) if ticket.established().is_err() => {
                     state.metrics.connection_evicted(gate::Eviction::Full);
-                    tracing::warn!(%peer, "connection closed: --max-connections reached and every connection is serving");
+                    // Counted, not logged at warn: a client could make
+                    // every new connection a log line.
+                    tracing::debug!(%peer, "connection closed: --max-connections reached and every connection is serving");
                 }
                 Some(Ok(Ok(stream))) => {
                     let _open = open;
