@@ -604,8 +604,6 @@ fn invocations(record: &Map<String, Value>) -> usize {
         .unwrap_or(0)
 }
 
-/// Adds (or merges into) the rewritten-images annotation. Earlier records are
-/// kept so the annotation tells the object's whole history.
 /// What the rewritten-images annotation says: this answer's record merged
 /// into the object's history, or already serialised.
 enum Annotation {
@@ -613,6 +611,8 @@ enum Annotation {
     Record(Map<String, Value>, Option<Map<String, Value>>),
 }
 
+/// Adds (or merges into) the rewritten-images annotation. Earlier records are
+/// kept so the annotation tells the object's whole history.
 fn annotation_op(object: &Value, annotation: Annotation, invocation: usize) -> PatchOperation {
     let text = match annotation {
         Annotation::Text(text) => text,
