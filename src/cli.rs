@@ -253,6 +253,10 @@ pub struct AuditArgs {
     /// the cluster serves.
     #[arg(long, value_delimiter = ',', value_name = "KIND")]
     pub kinds: Vec<String>,
+    /// Name the namespaces read that carry this label (the chart's break
+    /// glass: the webhook does not review them). Empty: do not look.
+    #[arg(long, value_name = "LABEL", default_value = audit::BREAK_GLASS_LABEL)]
+    pub break_glass_label: String,
     /// Report format.
     #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -568,6 +572,7 @@ fn run_audit(args: &AuditArgs) -> u8 {
             scope,
             label_selector: args.selector.clone(),
             kinds: (!kinds.is_empty()).then_some(kinds),
+            break_glass_label: Some(args.break_glass_label.clone()),
         };
         let mut found = audit::run(&connection, &target, &policy, &loaded.allowlist).await?;
         let writes = audit::Writes {

@@ -95,6 +95,7 @@ pub struct Metrics {
     audit_duration: Histogram,
     audit_errors: Counter,
     audit_leader: Gauge,
+    break_glass_namespaces: Gauge,
 }
 
 impl Default for Metrics {
@@ -190,6 +191,12 @@ impl Metrics {
                 "Webhook connections closed to make room, by reason: pending-handshakes and pending-handshakes-per-peer (the oldest TLS handshake not finished, at --max-pending-handshakes or --max-pending-per-peer), unserved (the oldest connection that had not sent a whole request, at --max-connections), full (a new connection, at --max-connections with every one served)",
                 Family::<ReasonLabels, Counter>::default(),
             ),
+            break_glass_namespaces: add(
+                &mut r,
+                "break_glass_namespaces",
+                "Namespaces the last background audit found carrying the break-glass label (--audit-break-glass-label): the webhook does not review them",
+                Gauge::default(),
+            ),
             audit_findings: add(
                 &mut r,
                 "audit_findings",
@@ -256,7 +263,9 @@ impl Metrics {
     pub fn audit_leader(&self, leader: bool) {
         self.audit_leader.set(i64::from(leader));
         if !leader {
+            // Only the leader reports what it found.
             self.audit_findings.clear();
+            self.break_glass_namespaces.set(0);
         }
     }
 
@@ -327,6 +336,12 @@ impl Metrics {
     /// Tracks open connections.
     pub fn connection_closed(&self) {
         self.open_connections.dec();
+    }
+
+    /// The break-glass namespaces the last background audit found.
+    pub fn break_glass_namespaces(&self, n: usize) {
+        self.break_glass_namespaces
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Counts a connection closed to make room.

@@ -42,6 +42,15 @@ pub struct Background {
         value_name = "SELECTOR"
     )]
     pub namespace_selector: Option<String>,
+    /// The namespace label that keeps the webhook away (break glass): each
+    /// run names the namespaces carrying it and counts them. Empty: none.
+    #[arg(
+        long = "audit-break-glass-label",
+        env = "DIGEST_GATE_AUDIT_BREAK_GLASS_LABEL",
+        value_name = "LABEL",
+        default_value = super::BREAK_GLASS_LABEL
+    )]
+    pub break_glass_label: String,
     /// Write the findings as wgpolicyk8s.io PolicyReports.
     #[arg(long = "audit-policy-reports", env = "DIGEST_GATE_AUDIT_POLICY_REPORTS")]
     pub policy_reports: bool,
@@ -216,6 +225,7 @@ async fn audit_once(connection: &Connection, config: &Background, writes: &Write
         },
         label_selector: None,
         kinds: None,
+        break_glass_label: Some(config.break_glass_label.clone()),
     };
     // A snapshot: a reload during the run wakes the next one.
     let allowlist = state.allowlist.load_full();
@@ -229,8 +239,20 @@ async fn audit_once(connection: &Connection, config: &Background, writes: &Write
             let counts = findings(&audit);
             let errors = audit.report.errors.len();
             state.metrics.audit_run(&counts, seconds, errors);
+            state.metrics.break_glass_namespaces(audit.break_glass.len());
             for e in &audit.report.errors {
                 tracing::warn!(error = %e, "background audit");
+            }
+            for note in &audit.report.notes {
+                tracing::debug!(%note, "background audit");
+            }
+            for (namespace, value) in &audit.break_glass {
+                tracing::warn!(
+                    namespace,
+                    label = %config.break_glass_label,
+                    value,
+                    "break glass: the webhook does not review this namespace"
+                );
             }
             let s = &audit.report.summary;
             tracing::info!(

@@ -17,7 +17,7 @@ pub mod installed;
 mod owners;
 pub mod write;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::core::{ApiResource, Request, discovery::Scope as ApiScope, params::ListParams};
 use kube::discovery::{ApiCapabilities, Discovery, verbs};
@@ -53,7 +53,14 @@ pub struct Target {
     /// `--kinds`: only these, and each must be served and readable. `None`
     /// reads every kind the cluster serves.
     pub kinds: Option<Vec<&'static Kind>>,
+    /// The namespace label that keeps the webhook away (break glass): the
+    /// namespaces read that carry it are named in the report. `None`: not
+    /// looked for.
+    pub break_glass_label: Option<String>,
 }
+
+/// The chart's break-glass namespace label.
+pub const BREAK_GLASS_LABEL: &str = "digest-gate.dev/break-glass";
 
 /// What one run read and found.
 #[derive(Debug, Clone, Default)]
@@ -63,6 +70,8 @@ pub struct Audit {
     pub read: Vec<(&'static str, usize)>,
     /// Where everything was read: what a policy report may speak for.
     pub covered: Covered,
+    /// Namespaces read that carry the break-glass label, with its value.
+    pub break_glass: BTreeMap<String, String>,
 }
 
 /// Where a run read every object digest-gate judges.
@@ -124,6 +133,9 @@ pub async fn run(
         Namespaces::Selected(set) => Some(set.clone()),
         Namespaces::Given(list) => Some(list.iter().cloned().collect()),
     };
+    if let Some(label) = target.break_glass_label.as_deref().filter(|l| !l.is_empty()) {
+        audit.break_glass = break_glass(connection, label, &audit.covered, &mut audit.report).await;
+    }
     let mut owners = owners::Index::default();
     let mut controllers = Vec::new();
     for (kind, resource, caps) in &served {
@@ -292,6 +304,57 @@ fn groups_text(kind: &Kind) -> String {
 }
 
 /// The namespaces to read, resolved.
+/// The namespaces among those read that carry `label`, each noted in the
+/// report: the webhook's entries skip them, so only an audit still sees
+/// what runs there. A client that may not list Namespaces gets a note, not
+/// an error: the objects were still read.
+async fn break_glass(
+    connection: &Connection,
+    label: &str,
+    covered: &Covered,
+    report: &mut Report,
+) -> BTreeMap<String, String> {
+    let core = ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        plural: "namespaces".into(),
+    };
+    let mut found = BTreeMap::new();
+    let lister = Lister {
+        connection,
+        resource: &core,
+        page: 500,
+        label_selector: Some(label),
+    };
+    // Decoded whole: the walkers' shape has no labels, and a Namespace is small.
+    let listed = lister.list_as::<Whole>(None, |ns| {
+        let name = ns.pointer("/metadata/name").and_then(Value::as_str);
+        let value = ns
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(label))
+            .and_then(Value::as_str);
+        if let (Some(name), Some(value)) = (name, value)
+            && covered.namespaces.as_ref().is_none_or(|set| set.contains(name))
+        {
+            found.insert(name.to_owned(), value.to_owned());
+        }
+    });
+    if let Err(f) = listed.await {
+        report.notes.push(format!(
+            "could not look for break-glass namespaces (label {label}): {}",
+            f.message()
+        ));
+    }
+    for (name, value) in &found {
+        report.notes.push(format!(
+            "namespace \"{name}\" has {label}={value}: break glass, the webhook does not review it; what runs there is audited here"
+        ));
+    }
+    found
+}
+
 enum Namespaces {
     All,
     /// Those matching `--namespace-selector`.
@@ -400,6 +463,17 @@ impl<T> Page<T> {
 /// A list item decoded as a shape keeps it.
 trait ListedAs: for<'de> Deserialize<'de> {
     fn into_value(self) -> Value;
+}
+
+/// An object as the apiserver sent it.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Whole(Value);
+
+impl ListedAs for Whole {
+    fn into_value(self) -> Value {
+        self.0
+    }
 }
 
 /// An object as the walkers read it.

@@ -164,7 +164,28 @@ def test_namespace_selector_is_overridable_but_exclusions_are_not():
             {"key": "opendatahub.io/dashboard", "operator": "In", "values": ["true"]},
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
              "values": ["models-system", "kube-system", "redhat-ods-operator"]},
+            {"key": "digest-gate.dev/break-glass", "operator": "DoesNotExist"},
         ]
+
+
+def test_break_glass_label_is_excluded_by_every_reviewing_entry_and_named_to_the_audit():
+    def reviewing(objects):
+        return [w for config in webhook_configs(objects) for w in config["webhooks"]
+                if w["name"] != "validate-allowlist.digest-gate.dev"]
+    for w in reviewing(render({"webhook": {"configMaps": {"enabled": True}, "templates": {"enabled": True}}})):
+        assert w["namespaceSelector"]["matchExpressions"][-1] == {
+            "key": "digest-gate.dev/break-glass", "operator": "DoesNotExist"}, w["name"]
+    custom = render({"webhook": {"breakGlassLabel": "example.com/emergency"}, "audit": AUDIT_ALL})
+    for w in reviewing(custom):
+        assert w["namespaceSelector"]["matchExpressions"][-1]["key"] == "example.com/emergency"
+    assert "--audit-break-glass-label=example.com/emergency" in args(custom)
+    # Off: no exclusion, and the audit does not look for one.
+    off = render({"webhook": {"breakGlassLabel": ""}, "audit": AUDIT_ALL})
+    for w in reviewing(off):
+        assert all(e["operator"] != "DoesNotExist" for e in w["namespaceSelector"]["matchExpressions"])
+    assert "--audit-break-glass-label=" in args(off)
+    with pytest.raises(helm.HelmError):
+        render({"webhook": {"breakGlassLabel": "not a label"}})
 
 
 def test_configmaps_and_templates_have_entries_of_their_own(default_objects):
@@ -186,6 +207,7 @@ def test_configmaps_and_templates_have_entries_of_their_own(default_objects):
                 {"key": "kubernetes.io/metadata.name", "operator": "In",
                  "values": ["redhat-ods-applications", "opendatahub"]},
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]},
+                {"key": "digest-gate.dev/break-glass", "operator": "DoesNotExist"},
             ]
         # Helm's default capabilities are a Kubernetes of 1.28 or later.
         assert configmaps["matchConditions"][1:] == [

@@ -5,7 +5,10 @@ review."""
 
 from __future__ import annotations
 
-from harness import INCIDENT_IMAGE, RELEASE_NAMESPACE
+import subprocess
+
+from cluster import binary, wait_until
+from harness import FULLNAME, INCIDENT_IMAGE, RELEASE_NAMESPACE, ROOT
 
 
 def pod(name: str, namespace: str, image: str = INCIDENT_IMAGE) -> dict:
@@ -73,3 +76,41 @@ def test_on_1_20_an_exclusion_holds_only_once_the_namespace_is_labelled(cluster,
         assert cluster.get("pod", "after-label", name)["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
     finally:
         cluster.delete_namespace(name)
+
+
+def test_break_glass_label_lets_a_namespace_deploy_while_the_webhook_is_down(cluster, release, models):
+    """The runbook in SECURITY.md: label the namespace, deploy, unlabel. The
+    background audit names the namespace and counts it meanwhile."""
+    release.install({"webhook": {"failurePolicy": "Fail"}, "audit": {"enabled": True, "interval": "1h"}})
+    label = "digest-gate.dev/break-glass"
+    hooks = [w for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
+             for w in cluster.get(kind, FULLNAME)["webhooks"]
+             if w["name"] != "validate-allowlist.digest-gate.dev"]
+    for w in hooks:
+        assert {"key": label, "operator": "DoesNotExist"} in w["namespaceSelector"]["matchExpressions"], w["name"]
+    release.pod.stop()
+    try:
+        assert cluster.apply(pod("refused", models), check=False).returncode != 0
+        cluster.kubectl("label", "namespace", models, f"{label}=INC-1234")
+        # Break glass: the apiserver no longer calls the webhook here.
+        cluster.apply(pod("deployed-now", models))
+        assert cluster.get("pod", "deployed-now", models)["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
+        # The CLI audit names it too.
+        out = subprocess.run([str(binary()), "audit", "--kubeconfig", str(cluster.kubeconfig), "-n", models,
+                              "--allowlist", str(ROOT / "examples" / "allowlist.yaml")],
+                             capture_output=True, text=True, timeout=60)
+        assert f'namespace "{models}" has {label}=INC-1234: break glass' in out.stdout, out.stdout + out.stderr
+
+        # Back up: the audit names the namespace, its label value, and counts it.
+        release.pod.start()
+        wait_until("the background audit's first run",
+                   lambda: release.pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+        assert release.pod.metric("digest_gate_break_glass_namespaces") == 1
+        log = release.pod.log_path.read_text()
+        assert "break glass" in log and models in log and "INC-1234" in log, log
+        assert release.pod.metric("digest_gate_admission_requests_total", kind="Pod") == 0
+    finally:
+        cluster.kubectl("label", "namespace", models, f"{label}-")
+    # Undone: the namespace is reviewed again.
+    cluster.apply(pod("reviewed-again", models))
+    assert cluster.get("pod", "reviewed-again", models)["spec"]["containers"][0]["image"] != INCIDENT_IMAGE

@@ -37,10 +37,17 @@ def unversioned(value):
 def without_0_6_0_additions(objects: list[dict]) -> list[dict]:
     """Rendered objects without their versions and without what 0.6.0 changes
     by default: the connection-phase flags (pending handshake caps and the
-    handshake timeout the chart now passes) and the hard spread over nodes."""
+    handshake timeout the chart now passes), the hard spread over nodes, and
+    the break-glass label's exclusion in every entry's namespaceSelector."""
     objects = unversioned(objects)
-    added = ("--max-pending-handshakes=", "--max-pending-per-peer=", "--handshake-timeout=")
+    added = ("--max-pending-handshakes=", "--max-pending-per-peer=", "--handshake-timeout=",
+             "--audit-break-glass-label=")
     for o in objects:
+        if o["kind"].endswith("WebhookConfiguration"):
+            for w in o["webhooks"]:
+                selector = w.get("namespaceSelector", {})
+                selector["matchExpressions"] = [e for e in selector.get("matchExpressions", [])
+                                                if e["key"] != "digest-gate.dev/break-glass"]
         if o["kind"] == "Deployment":
             pod = o["spec"]["template"]["spec"]
             c = pod["containers"][0]
@@ -263,7 +270,8 @@ def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(clus
     assert (release.pod.state / "volumes" / "state" / "last-good-allowlist.json").exists()
 
 
-def test_upgrade_from_0_5_0_adds_the_connection_flags_and_the_hard_node_spread(cluster, release, models, tmp_path):
+def test_upgrade_from_0_5_0_adds_the_connection_flags_the_node_spread_and_break_glass(cluster, release, models,
+                                                                                     tmp_path):
     old = previous_chart("0.5.0", tmp_path / "old")
     before = release.install(release.values(), chart=old, raw=True)
     after = release.upgrade()

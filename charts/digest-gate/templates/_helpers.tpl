@@ -80,6 +80,9 @@ namespaceSelector and always reach the webhook.
 {{- $exprs = append $exprs . }}
 {{- end }}
 {{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $excluded) }}
+{{- with $root.Values.webhook.breakGlassLabel }}
+{{- $exprs = append $exprs (dict "key" . "operator" "DoesNotExist") }}
+{{- end }}
 {{- $selector := dict "matchExpressions" $exprs }}
 {{- with .selector.matchLabels }}
 {{- $_ := set $selector "matchLabels" . }}
