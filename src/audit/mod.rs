@@ -303,7 +303,17 @@ fn groups_text(kind: &Kind) -> String {
     names.join(" or ")
 }
 
-/// The namespaces to read, resolved.
+/// Namespaces, as the lister asks for them.
+fn namespace_resource() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        plural: "namespaces".into(),
+    }
+}
+
 /// The namespaces among those read that carry `label`, each noted in the
 /// report: the webhook's entries skip them, so only an audit still sees
 /// what runs there. A client that may not list Namespaces gets a note, not
@@ -314,13 +324,7 @@ async fn break_glass(
     covered: &Covered,
     report: &mut Report,
 ) -> BTreeMap<String, String> {
-    let core = ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "Namespace".into(),
-        plural: "namespaces".into(),
-    };
+    let core = namespace_resource();
     let mut found = BTreeMap::new();
     let lister = Lister {
         connection,
@@ -355,6 +359,7 @@ async fn break_glass(
     found
 }
 
+/// The namespaces to read, resolved.
 enum Namespaces {
     All,
     /// Those matching `--namespace-selector`.
@@ -368,13 +373,7 @@ async fn namespaces(
     scope: &Scope,
     report: &mut Report,
 ) -> Result<Namespaces, String> {
-    let core = ApiResource {
-        group: String::new(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "Namespace".into(),
-        plural: "namespaces".into(),
-    };
+    let core = namespace_resource();
     match scope {
         Scope::All {
             namespace_selector: None,
