@@ -55,20 +55,17 @@ fn rego_data(list: &Allowlist) -> Value {
     let mut promoted = serde_json::Map::new();
     for repo in list.repositories() {
         let digests: serde_json::Map<String, Value> = repo
-            .digests
-            .iter()
-            .map(|p| (p.digest.to_string(), Value::Bool(true)))
+            .digests()
+            .map(|p| (p.digest().to_owned(), Value::Bool(true)))
             .collect();
         let tags: serde_json::Map<String, Value> = repo
-            .digests
-            .iter()
+            .digests()
             .flat_map(|p| {
-                p.tags
-                    .iter()
-                    .map(move |t| (t.to_string(), Value::String(p.digest.to_string())))
+                p.tags()
+                    .map(move |t| (t.to_owned(), Value::String(p.digest().to_owned())))
             })
             .collect();
-        promoted.insert(repo.name.to_string(), json!({"digests": digests, "tags": tags}));
+        promoted.insert(repo.name().to_owned(), json!({"digests": digests, "tags": tags}));
     }
     json!({ "promoted": promoted })
 }

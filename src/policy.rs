@@ -387,7 +387,7 @@ impl Policy {
             (Some(digest), _) if candidates.is_promoted(digest) => Finding::Promoted,
             (Some(digest), tag) => match target(&candidates, tag) {
                 Some((p, rule)) => Finding::Rewrite {
-                    to: r.pinned(&p.digest),
+                    to: r.pinned(p.digest()),
                     trigger: Trigger::UnpromotedDigest {
                         digest: digest.to_owned(),
                     },
@@ -401,7 +401,7 @@ impl Policy {
             },
             (None, Some(tag)) => match candidates.digest_for_tag(tag) {
                 Some(p) => Finding::Rewrite {
-                    to: r.pinned(&p.digest),
+                    to: r.pinned(p.digest()),
                     trigger: Trigger::TagOnly { tag: tag.to_owned() },
                     rule: TargetRule::Tag,
                     by: promoted_by(&candidates, p),
@@ -420,7 +420,7 @@ impl Policy {
 
 /// The rewrite target for an unpromoted digest: the digest published under
 /// the image's tag, else `rewriteTo`, else the only promoted digest.
-fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(&'a Promoted, TargetRule)> {
+fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(Promoted<'a>, TargetRule)> {
     if let Some(p) = tag.and_then(|t| candidates.digest_for_tag(t)) {
         return Some((p, TargetRule::Tag));
     }
@@ -441,8 +441,8 @@ fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(&'a Pro
 }
 
 /// The newest source promoting `p`, named in messages.
-fn promoted_by(candidates: &Candidates<'_>, p: &Promoted) -> Option<PromotedBy> {
-    let (provenance, line) = candidates.newest_promotion(&p.digest)?;
+fn promoted_by(candidates: &Candidates<'_>, p: Promoted<'_>) -> Option<PromotedBy> {
+    let (provenance, line) = candidates.newest_promotion(p.digest())?;
     Some(PromotedBy {
         provenance: provenance.clone(),
         line,
@@ -467,10 +467,10 @@ fn listing(r: &Reference<'_>, candidates: &Candidates<'_>) -> Vec<String> {
         .collect()
 }
 
-fn describe(name: &str, p: &Promoted) -> String {
-    let mut s = format!("{name}@{}", p.digest);
-    if !p.tags.is_empty() {
-        let tags: Vec<&str> = p.tags.iter().map(|t| &**t).collect();
+fn describe(name: &str, p: Promoted<'_>) -> String {
+    let mut s = format!("{name}@{}", p.digest());
+    let tags: Vec<&str> = p.tags().collect();
+    if !tags.is_empty() {
         s.push_str(&format!(" (tag {})", tags.join(", ")));
     }
     s

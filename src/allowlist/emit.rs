@@ -33,28 +33,28 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
     for repo in list.repositories() {
         any = true;
         // Where its digests come from, so the converted file still says.
-        let _ = write!(out, "\n    # from {}", origins(list, repo));
-        let _ = write!(out, "\n    - name: {}\n      digests:", scalar(&repo.name));
-        for p in &repo.digests {
-            let _ = write!(out, "\n        - digest: {}", scalar(&p.digest));
-            if !p.tags.is_empty() {
-                let tags: Vec<String> = p.tags.iter().map(|t| yaml::double_quoted(t)).collect();
+        let _ = write!(out, "\n    # from {}", origins(list, &repo));
+        let _ = write!(out, "\n    - name: {}\n      digests:", scalar(repo.name()));
+        for p in repo.digests() {
+            let _ = write!(out, "\n        - digest: {}", scalar(p.digest()));
+            let tags: Vec<String> = p.tags().map(yaml::double_quoted).collect();
+            if !tags.is_empty() {
                 let _ = write!(out, "\n          tags: [{}]", tags.join(", "));
             }
         }
         // The release order of the sources is not kept: the newest
         // release's digest becomes explicit, so decisions stay the same.
-        let newest = list.candidates(&repo.name).newest_release();
+        let newest = list.candidates(repo.name()).newest_release();
         match (repo.rewrite_to(), newest) {
             (Some(target), _) => {
-                let _ = write!(out, "\n      rewriteTo: {}", scalar(&target.digest));
+                let _ = write!(out, "\n      rewriteTo: {}", scalar(target.digest()));
             }
             (None, Some((target, by))) => {
                 let release = by.release().unwrap_or_default();
                 let _ = write!(
                     out,
                     "\n      # the newest release promoting it, {release}\n      rewriteTo: {}",
-                    scalar(&target.digest)
+                    scalar(target.digest())
                 );
             }
             (None, None) => {}
@@ -84,9 +84,9 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
 
 /// `ClusterServiceVersion x.1.0 (csv.yaml:16, 38), plain list (l.txt:2)`:
 /// the sources of a repository's digests, each once with its lines.
-fn origins(list: &Allowlist, repo: &super::Repository) -> String {
+fn origins(list: &Allowlist, repo: &super::Repository<'_>) -> String {
     let mut seen: Vec<(u32, Vec<u32>)> = Vec::new();
-    for promotion in repo.digests.iter().flat_map(|p| &p.promotions) {
+    for promotion in repo.digests().flat_map(|p| p.promotions()) {
         match seen.iter_mut().find(|(id, _)| *id == promotion.provenance) {
             Some((_, lines)) => lines.push(promotion.line),
             None => seen.push((promotion.provenance, vec![promotion.line])),
@@ -132,7 +132,7 @@ mod tests {
             .allowlist;
         assert_eq!(second.repository_count(), 2);
         let c = second.candidates("registry.redhat.io/rhods/ovms");
-        assert_eq!(&*c.digest_for_tag("1.0").unwrap().digest, a);
+        assert_eq!(c.digest_for_tag("1.0").unwrap().digest(), a);
         assert!(c.is_promoted(b));
         // The tag "1.0" must stay a string, not become the number 1.
         assert!(yaml.contains("tags: [\"1.0\"]"), "{yaml}");

@@ -142,52 +142,50 @@ pub fn lint(loaded: &Loaded) -> Lint {
         warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
     }
     for repo in list.repositories() {
-        if repo.digests.len() < 2 {
+        if repo.digest_count() < 2 {
             continue;
         }
         let sources: std::collections::BTreeSet<u32> = repo
-            .digests
-            .iter()
-            .flat_map(|p| p.promotions.iter().map(|q| q.provenance))
+            .digests()
+            .flat_map(|p| p.promotions().map(|q| q.provenance))
             .collect();
-        let newest = list.candidates(&repo.name).newest_release();
+        let newest = list.candidates(repo.name()).newest_release();
         if sources.len() < 2 {
             if repo.rewrite_to().is_none() {
                 warnings.push(format!(
                     "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
-                    repo.name,
-                    repo.digests.len()
+                    repo.name(),
+                    repo.digest_count()
                 ));
             }
             continue;
         }
         let by: Vec<String> = repo
-            .digests
-            .iter()
+            .digests()
             .map(|p| {
                 let mut origins: Vec<&str> = Vec::new();
-                for q in p.promotions.iter().filter_map(|q| list.provenance(q.provenance)) {
+                for q in p.promotions().filter_map(|q| list.provenance(q.provenance)) {
                     if !origins.contains(&q.origin.as_str()) {
                         origins.push(&q.origin);
                     }
                 }
                 format!(
                     "{} by {}",
-                    crate::policy::short_digest(&p.digest),
+                    crate::policy::short_digest(p.digest()),
                     origins.join(" and ")
                 )
             })
             .collect();
         let line = format!(
             "{} is promoted with different digests by {} sources ({})",
-            repo.name,
+            repo.name(),
             sources.len(),
             by.join("; ")
         );
         match (repo.rewrite_to(), newest) {
             (Some(t), _) => notes.push(format!(
                 "note: {line}: rewriteTo {} decides",
-                crate::policy::short_digest(&t.digest)
+                crate::policy::short_digest(t.digest())
             )),
             (None, Some((_, release))) => notes.push(format!(
                 "note: {line}: rewrites go to the newest release's, {}",
@@ -218,8 +216,8 @@ pub fn lint(loaded: &Loaded) -> Lint {
 /// How many (repository, digest) pairs each source object promotes.
 fn digests_by_provenance(list: &Allowlist) -> Vec<usize> {
     let mut counts = vec![0; list.provenances().len()];
-    for p in list.repositories().flat_map(|r| &r.digests) {
-        let mut ids: Vec<u32> = p.promotions.iter().map(|q| q.provenance).collect();
+    for p in list.repositories().flat_map(|r| r.digests()) {
+        let mut ids: Vec<u32> = p.promotions().map(|q| q.provenance).collect();
         ids.sort_unstable();
         ids.dedup();
         for id in ids {
@@ -285,7 +283,7 @@ pub fn source_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>, LoadErr
 }
 
 /// Parses and merges sources already read.
-pub fn load_sources(sources: &[Source]) -> Result<Loaded, LoadErrors> {
+pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a Source>) -> Result<Loaded, LoadErrors> {
     let mut loader = Loader::default();
     for s in sources {
         loader.source(&s.name, &s.text);
@@ -862,8 +860,8 @@ mod tests {
         assert_eq!(loaded.sources[0].entries, 2);
         let c = list.candidates("registry.redhat.io/rhods/ovms");
         assert!(c.is_promoted(A) && c.is_promoted(B));
-        assert_eq!(&*c.default_target().unwrap().digest, A);
-        assert_eq!(&*c.digest_for_tag("v1.21.0-15").unwrap().digest, A);
+        assert_eq!(c.default_target().unwrap().digest(), A);
+        assert_eq!(c.digest_for_tag("v1.21.0-15").unwrap().digest(), A);
         assert!(list.candidates("quay.io/modh/ovms").is_promoted(A));
         assert!(
             list.exemption("quay.io/platform/debug-shell", None, None)
@@ -897,7 +895,7 @@ mod tests {
         let list = load_text("csvs.yaml", &text).unwrap().allowlist;
         let c = list.candidates("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8");
         let (p, by) = c.newest_release().expect("replaces links the two releases");
-        assert!(p.digest.starts_with("sha256:8af20e48bb48"), "{}", p.digest);
+        assert!(p.digest().starts_with("sha256:8af20e48bb48"), "{}", p.digest());
         assert_eq!(by.release().as_deref(), Some("rhods-fast 1.21.0"));
         assert_eq!(by.origin, "ClusterServiceVersion rhods-fast");
 
@@ -955,11 +953,10 @@ mod tests {
         assert_eq!(loaded.sources[0].entries, 2);
         let list = &loaded.allowlist;
         assert_eq!(
-            &*list
-                .candidates("registry.redhat.io/rhods/ovms")
+            list.candidates("registry.redhat.io/rhods/ovms")
                 .digest_for_tag("v1.21.0-15")
                 .unwrap()
-                .digest,
+                .digest(),
             A
         );
         assert!(
@@ -1059,7 +1056,7 @@ mod tests {
             assert_eq!(loaded.sources[0].format, Format::Native, "{name}");
             let c = loaded.allowlist.candidates("quay.io/a/b");
             assert!(c.is_promoted(A) && c.is_promoted(B), "{name}");
-            assert_eq!(&*c.default_target().unwrap().digest, A, "{name}");
+            assert_eq!(c.default_target().unwrap().digest(), A, "{name}");
         }
     }
 

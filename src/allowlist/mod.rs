@@ -16,8 +16,10 @@ mod native;
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
-use std::hash::Hasher;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
+
+use hashbrown::HashTable;
 
 pub use emit::to_native_yaml;
 pub use exempt::{Exemption, Pattern, PatternError};
@@ -88,124 +90,170 @@ impl fmt::Display for Origin {
     }
 }
 
-/// One promoted digest of a repository.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Promoted {
-    /// `algorithm:hex`.
-    pub digest: Box<str>,
-    /// Tags this digest was published under.
-    pub tags: Vec<Box<str>>,
-    /// Every source that promotes it, in load order.
-    pub promotions: Vec<Promotion>,
+/// Where a string sits in [`Allowlist`]'s text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
 }
 
-/// A repository's promoted digests.
+/// No row: the end of a chain, or no rewrite target.
+const NONE: u32 = u32::MAX;
+
+/// A repository. Its digests chain from `first` by [`DigestRow::next`], in
+/// the order listed.
 #[derive(Debug, Clone)]
-pub struct Repository {
-    /// Canonical `registry/path`.
-    pub name: Arc<str>,
-    /// Promoted digests in the order the allowlist lists them.
-    pub digests: Vec<Promoted>,
-    /// Hash indexes, built only once a repository has more digests than a
-    /// scan handles faster; most have one to three.
-    index: Option<Box<RepoIndex>>,
-    rewrite_to: Option<usize>,
+struct RepoRow {
+    name: Span,
+    first: u32,
+    last: u32,
+    count: u32,
+    rewrite_to: u32,
 }
 
+/// A promoted digest of a repository.
+#[derive(Debug, Clone)]
+struct DigestRow {
+    /// `algorithm:hex`.
+    digest: Span,
+    /// The repository's next digest.
+    next: u32,
+    /// Its first tag in the tag rows.
+    tags: u32,
+    /// The first source promoting it: most digests have one, so it is kept
+    /// here and only further ones take a row.
+    promotion: Promotion,
+    /// Further sources, chained in the promotion rows.
+    more: u32,
+}
+
+/// A tag a digest was published under.
+#[derive(Debug, Clone)]
+struct TagRow {
+    tag: Span,
+    next: u32,
+    /// The source that named it, for the message when another names it too.
+    by: Promotion,
+}
+
+#[derive(Debug, Clone)]
+struct PromotionRow {
+    promotion: Promotion,
+    next: u32,
+}
+
+/// Hash lookups for one repository, built only once it has more digests
+/// than a scan handles faster; most have one to three.
 #[derive(Debug, Clone, Default)]
 struct RepoIndex {
-    by_digest: HashMap<Box<str>, usize>,
-    by_tag: HashMap<Box<str>, usize>,
-}
-
-/// Pushes `item`, allocating room for exactly one when `v` has none: most
-/// repositories have one digest, with one tag and one source, where a plain
-/// push would allocate four (three wasted slots per repository, 2.4 MiB at
-/// 10,000 repositories).
-fn push_first_exact<T>(v: &mut Vec<T>, item: T) {
-    if v.capacity() == 0 {
-        v.reserve_exact(1);
-    }
-    v.push(item);
+    /// Digest rows, by their digest.
+    by_digest: HashTable<u32>,
+    /// (tag row, digest row), by the tag.
+    by_tag: HashTable<(u32, u32)>,
 }
 
 /// Digests a repository holds before lookups switch from a scan to a hash.
-const SCAN_LIMIT: usize = 8;
+const SCAN_LIMIT: u32 = 8;
+
+/// The rows of one chain, from `first` on.
+fn chain<T>(rows: &[T], first: u32, next: fn(&T) -> u32) -> impl Iterator<Item = (u32, &T)> + Clone {
+    let mut at = first;
+    std::iter::from_fn(move || {
+        let row = rows.get(at as usize)?;
+        let id = at;
+        at = next(row);
+        Some((id, row))
+    })
+}
+
+/// A repository's promoted digests: a view into its [`Allowlist`].
+#[derive(Clone, Copy)]
+pub struct Repository<'a> {
+    list: &'a Allowlist,
+    id: u32,
+    row: &'a RepoRow,
+}
+
+/// One promoted digest of a repository: a view into its [`Allowlist`].
+#[derive(Clone, Copy)]
+pub struct Promoted<'a> {
+    list: &'a Allowlist,
+    row: &'a DigestRow,
+}
+
+impl fmt::Debug for Repository<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Repository")
+            .field("name", &self.name())
+            .field("digests", &self.digests().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl fmt::Debug for Promoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Promoted")
+            .field("digest", &self.digest())
+            .field("tags", &self.tags().collect::<Vec<_>>())
+            .field("promotions", &self.promotions().collect::<Vec<_>>())
+            .finish()
+    }
+}
 
 // === impl Repository ===
 
-impl Repository {
-    fn new(name: Arc<str>) -> Self {
-        Self {
-            name,
-            digests: Vec::new(),
-            index: None,
-            rewrite_to: None,
-        }
+impl<'a> Repository<'a> {
+    /// Canonical `registry/path`.
+    pub fn name(&self) -> &'a str {
+        self.list.str(self.row.name)
     }
 
-    fn find_digest(&self, digest: &str) -> Option<usize> {
-        match &self.index {
-            Some(ix) => ix.by_digest.get(digest).copied(),
-            None => self.digests.iter().position(|p| &*p.digest == digest),
-        }
+    /// Promoted digests in the order the allowlist lists them.
+    pub fn digests(&self) -> impl Iterator<Item = Promoted<'a>> + Clone + use<'a> {
+        let list = self.list;
+        chain(&list.digests, self.row.first, |d| d.next).map(move |(_, row)| Promoted { list, row })
     }
 
-    fn find_tag(&self, tag: &str) -> Option<usize> {
-        match &self.index {
-            Some(ix) => ix.by_tag.get(tag).copied(),
-            None => self
-                .digests
-                .iter()
-                .position(|p| p.tags.iter().any(|t| &**t == tag)),
-        }
-    }
-
-    fn push_digest(&mut self, digest: &str) -> usize {
-        let i = self.digests.len();
-        push_first_exact(
-            &mut self.digests,
-            Promoted {
-                digest: digest.into(),
-                tags: Vec::new(),
-                promotions: Vec::new(),
-            },
-        );
-        if let Some(ix) = &mut self.index {
-            ix.by_digest.insert(digest.into(), i);
-        } else if self.digests.len() > SCAN_LIMIT {
-            let mut ix = RepoIndex::default();
-            for (j, p) in self.digests.iter().enumerate() {
-                ix.by_digest.insert(p.digest.clone(), j);
-                for t in &p.tags {
-                    ix.by_tag.insert(t.clone(), j);
-                }
-            }
-            self.index = Some(Box::new(ix));
-        }
-        i
-    }
-
-    fn push_tag(&mut self, index: usize, tag: &str) {
-        push_first_exact(&mut self.digests[index].tags, tag.into());
-        if let Some(ix) = &mut self.index {
-            ix.by_tag.insert(tag.into(), index);
-        }
+    /// How many digests are promoted.
+    pub fn digest_count(&self) -> usize {
+        self.row.count as usize
     }
 
     /// Whether `digest` is promoted here.
     pub fn is_promoted(&self, digest: &str) -> bool {
-        self.find_digest(digest).is_some()
+        self.list.find_digest(self.id, digest).is_some()
     }
 
     /// The promoted digest published under `tag`.
-    pub fn digest_for_tag(&self, tag: &str) -> Option<&Promoted> {
-        self.find_tag(tag).map(|i| &self.digests[i])
+    pub fn digest_for_tag(&self, tag: &str) -> Option<Promoted<'a>> {
+        let (d, _) = self.list.find_tag(self.id, tag)?;
+        self.list.promoted(d)
     }
 
     /// The explicit rewrite target.
-    pub fn rewrite_to(&self) -> Option<&Promoted> {
-        self.rewrite_to.map(|i| &self.digests[i])
+    pub fn rewrite_to(&self) -> Option<Promoted<'a>> {
+        self.list.promoted(self.row.rewrite_to)
+    }
+}
+
+// === impl Promoted ===
+
+impl<'a> Promoted<'a> {
+    /// `algorithm:hex`.
+    pub fn digest(&self) -> &'a str {
+        self.list.str(self.row.digest)
+    }
+
+    /// Tags this digest was published under.
+    pub fn tags(&self) -> impl Iterator<Item = &'a str> + Clone + use<'a> {
+        let list = self.list;
+        chain(&list.tags, self.row.tags, |t| t.next).map(move |(_, t)| list.str(t.tag))
+    }
+
+    /// Every source that promotes it, in load order.
+    pub fn promotions(&self) -> impl Iterator<Item = Promotion> + Clone + use<'a> {
+        let more = chain(&self.list.promotions, self.row.more, |p| p.next).map(|(_, p)| p.promotion);
+        std::iter::once(self.row.promotion).chain(more)
     }
 }
 
@@ -218,11 +266,27 @@ pub struct MirrorRule {
 }
 
 /// The promoted-digest allowlist.
+///
+/// Its strings (repository names, digests, tags) are kept end to end in one
+/// text, and its repositories, digests, tags and further sources are rows of
+/// four tables that refer to each other by index. A repository costs about
+/// 200 bytes beyond its strings' length, in a handful of large allocations
+/// rather than a dozen small ones per repository: during a reload the old
+/// and the new allowlist are both held, and the large blocks go back to the
+/// kernel whole when the old one is dropped.
 #[derive(Debug, Clone, Default)]
 pub struct Allowlist {
-    repos: HashMap<Arc<str>, Repository>,
-    /// Repository names in first-seen order, for stable output.
-    order: Vec<Arc<str>>,
+    text: String,
+    /// In first-listed order.
+    repos: Vec<RepoRow>,
+    /// Repository rows, by name.
+    by_name: HashTable<u32>,
+    hasher: RandomState,
+    digests: Vec<DigestRow>,
+    tags: Vec<TagRow>,
+    promotions: Vec<PromotionRow>,
+    /// By repository row, for repositories with many digests.
+    indexes: HashMap<u32, RepoIndex>,
     /// Mirror prefix → source prefixes.
     mirrors: HashMap<Box<str>, Vec<Box<str>>>,
     mirror_rules: Vec<MirrorRule>,
@@ -230,8 +294,8 @@ pub struct Allowlist {
     short_name_registry: Option<String>,
     /// The source objects digests were promoted by, by index.
     provenances: Vec<Arc<Provenance>>,
-    /// (hash of the last path component, loosely compared, index into
-    /// `order`), sorted: the "did you mean" index, twelve bytes an entry.
+    /// (hash of the last path component, loosely compared, repository row),
+    /// sorted: the "did you mean" index.
     basenames: Vec<(u64, u32)>,
 }
 
@@ -258,13 +322,13 @@ fn basename_hash(name: &str) -> u64 {
 /// allocate.
 #[derive(Debug, Clone, Default)]
 pub struct Candidates<'a> {
-    direct: Option<&'a Repository>,
-    mirrored: Vec<&'a Repository>,
+    direct: Option<Repository<'a>>,
+    mirrored: Vec<Repository<'a>>,
     provenances: &'a [Arc<Provenance>],
 }
 
 impl<'a> Candidates<'a> {
-    fn entries(&self) -> impl Iterator<Item = &'a Repository> + '_ {
+    fn entries(&self) -> impl Iterator<Item = Repository<'a>> + '_ {
         self.direct.into_iter().chain(self.mirrored.iter().copied())
     }
 
@@ -279,20 +343,20 @@ impl<'a> Candidates<'a> {
     }
 
     /// The digest published under `tag`.
-    pub fn digest_for_tag(&self, tag: &str) -> Option<&'a Promoted> {
+    pub fn digest_for_tag(&self, tag: &str) -> Option<Promoted<'a>> {
         self.entries().find_map(|r| r.digest_for_tag(tag))
     }
 
     /// The rewrite target when no tag decides: an explicit `rewriteTo`, else
     /// the only promoted digest. `None` when that is ambiguous.
-    pub fn default_target(&self) -> Option<&'a Promoted> {
+    pub fn default_target(&self) -> Option<Promoted<'a>> {
         let mut explicit = self.entries().filter_map(|r| r.rewrite_to());
         if let Some(first) = explicit.next() {
-            return explicit.all(|p| p.digest == first.digest).then_some(first);
+            return explicit.all(|p| p.digest() == first.digest()).then_some(first);
         }
-        let mut all = self.entries().flat_map(|r| r.digests.iter());
+        let mut all = self.entries().flat_map(|r| r.digests());
         let first = all.next()?;
-        all.all(|p| p.digest == first.digest).then_some(first)
+        all.all(|p| p.digest() == first.digest()).then_some(first)
     }
 
     /// Every source promoting `digest` (across the repository and the ones
@@ -326,15 +390,15 @@ impl<'a> Candidates<'a> {
     /// the ones it mirrors, in load order.
     fn sources<'s>(&'s self, digest: &'s str) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + 's {
         self.entries()
-            .flat_map(|r| r.digests.iter())
-            .filter(move |p| &*p.digest == digest)
+            .flat_map(|r| r.digests())
+            .filter(move |p| p.digest() == digest)
             .flat_map(|p| self.sources_of(p))
     }
 
     /// The sources promoting one digest entry.
-    fn sources_of(&self, p: &'a Promoted) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + use<'a> {
+    fn sources_of(&self, p: Promoted<'a>) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + use<'a> {
         let provenances = self.provenances;
-        p.promotions.iter().filter_map(move |promotion| {
+        p.promotions().filter_map(move |promotion| {
             let provenance = provenances.get(promotion.provenance as usize)?;
             Some((provenance, promotion.line))
         })
@@ -344,12 +408,12 @@ impl<'a> Candidates<'a> {
     /// sources, when every promoted digest comes from a release of that
     /// package and the newest release promotes exactly one of them: during
     /// an operator upgrade both CSVs are loaded, and the new one is current.
-    pub fn newest_release(&self) -> Option<(&'a Promoted, &'a Arc<Provenance>)> {
+    pub fn newest_release(&self) -> Option<(Promoted<'a>, &'a Arc<Provenance>)> {
         let digests = self.promoted();
         let mut package: Option<&str> = None;
-        let mut best: Option<(&Promoted, &Arc<Provenance>)> = None;
+        let mut best: Option<(Promoted<'a>, &Arc<Provenance>)> = None;
         let mut tied = false;
-        for p in &digests {
+        for &p in &digests {
             let mut newest: Option<&Arc<Provenance>> = None;
             for (provenance, _) in self.sources_of(p) {
                 let (Some(pkg), Some(version)) = (provenance.package.as_deref(), &provenance.version) else {
@@ -380,10 +444,10 @@ impl<'a> Candidates<'a> {
     }
 
     /// Every promoted digest, first-listed first, without duplicates.
-    pub fn promoted(&self) -> Vec<&'a Promoted> {
-        let mut out: Vec<&Promoted> = Vec::new();
-        for p in self.entries().flat_map(|r| r.digests.iter()) {
-            if !out.iter().any(|q| q.digest == p.digest) {
+    pub fn promoted(&self) -> Vec<Promoted<'a>> {
+        let mut out: Vec<Promoted<'a>> = Vec::new();
+        for p in self.entries().flat_map(|r| r.digests()) {
+            if !out.iter().any(|q| q.digest() == p.digest()) {
                 out.push(p);
             }
         }
@@ -394,10 +458,74 @@ impl<'a> Candidates<'a> {
 // === impl Allowlist ===
 
 impl Allowlist {
+    /// The string `span` points at.
+    fn str(&self, span: Span) -> &str {
+        let start = span.start as usize;
+        self.text
+            .get(start..start + span.len as usize)
+            .unwrap_or_default()
+    }
+
+    fn hash(&self, s: &str) -> u64 {
+        self.hasher.hash_one(s)
+    }
+
+    fn view(&self, id: u32) -> Option<Repository<'_>> {
+        let row = self.repos.get(id as usize)?;
+        Some(Repository { list: self, id, row })
+    }
+
+    fn promoted(&self, id: u32) -> Option<Promoted<'_>> {
+        let row = self.digests.get(id as usize)?;
+        Some(Promoted { list: self, row })
+    }
+
+    fn find_repo(&self, name: &str) -> Option<u32> {
+        self.by_name
+            .find(self.hash(name), |&r| {
+                self.str(self.repos[r as usize].name) == name
+            })
+            .copied()
+    }
+
+    /// The digest row of `digest` in repository `repo`.
+    fn find_digest(&self, repo: u32, digest: &str) -> Option<u32> {
+        if let Some(ix) = self.indexes.get(&repo) {
+            return ix
+                .by_digest
+                .find(self.hash(digest), |&d| {
+                    self.str(self.digests[d as usize].digest) == digest
+                })
+                .copied();
+        }
+        let first = self.repos.get(repo as usize)?.first;
+        chain(&self.digests, first, |d| d.next)
+            .find(|(_, d)| self.str(d.digest) == digest)
+            .map(|(id, _)| id)
+    }
+
+    /// (digest row, tag row) of `tag` in repository `repo`.
+    fn find_tag(&self, repo: u32, tag: &str) -> Option<(u32, u32)> {
+        if let Some(ix) = self.indexes.get(&repo) {
+            return ix
+                .by_tag
+                .find(self.hash(tag), |&(t, _)| {
+                    self.str(self.tags[t as usize].tag) == tag
+                })
+                .map(|&(t, d)| (d, t));
+        }
+        let first = self.repos.get(repo as usize)?.first;
+        chain(&self.digests, first, |d| d.next).find_map(|(d, row)| {
+            chain(&self.tags, row.tags, |t| t.next)
+                .find(|(_, t)| self.str(t.tag) == tag)
+                .map(|(t, _)| (d, t))
+        })
+    }
+
     /// The entries for a canonical repository name, following mirror rules.
     pub fn candidates(&self, repository: &str) -> Candidates<'_> {
         let mut c = Candidates {
-            direct: self.repos.get(repository),
+            direct: self.repository(repository),
             mirrored: Vec::new(),
             provenances: &self.provenances,
         };
@@ -414,8 +542,8 @@ impl Allowlist {
             };
             for source in sources {
                 let mapped = format!("{source}{}", &repository[end..]);
-                if let Some(r) = self.repos.get(mapped.as_str())
-                    && !c.entries().any(|e| std::ptr::eq(e, r))
+                if let Some(r) = self.repository(&mapped)
+                    && !c.entries().any(|e| e.id == r.id)
                 {
                     c.mirrored.push(r);
                 }
@@ -449,19 +577,22 @@ impl Allowlist {
         self.basenames[start..]
             .iter()
             .take_while(|(k, _)| *k == h)
-            .map(|(_, i)| &*self.order[*i as usize])
+            .filter_map(|(_, i)| Some(self.str(self.repos.get(*i as usize)?.name)))
             .filter(|name| loose_basename(name).eq(loose_basename(basename)))
             .collect()
     }
 
     /// A repository by canonical name, without mirror rules.
-    pub fn repository(&self, name: &str) -> Option<&Repository> {
-        self.repos.get(name)
+    pub fn repository(&self, name: &str) -> Option<Repository<'_>> {
+        self.view(self.find_repo(name)?)
     }
 
     /// Repositories in first-listed order.
-    pub fn repositories(&self) -> impl Iterator<Item = &Repository> {
-        self.order.iter().map(|n| &self.repos[n])
+    pub fn repositories(&self) -> impl Iterator<Item = Repository<'_>> {
+        self.repos
+            .iter()
+            .zip(0..)
+            .map(|(row, id)| Repository { list: self, id, row })
     }
 
     /// Mirror rules as listed.
@@ -491,7 +622,7 @@ impl Allowlist {
 
     /// Number of promoted (repository, digest) pairs.
     pub fn digest_count(&self) -> usize {
-        self.repos.values().map(|r| r.digests.len()).sum()
+        self.digests.len()
     }
 }
 
@@ -499,8 +630,8 @@ impl Allowlist {
 #[derive(Debug, Default)]
 pub struct Builder {
     list: Allowlist,
-    tag_origins: HashMap<(Arc<str>, Box<str>), Origin>,
-    rewrite_origins: HashMap<Arc<str>, Origin>,
+    /// By repository row.
+    rewrite_origins: HashMap<u32, Origin>,
     short_name_origin: Option<Origin>,
 }
 
@@ -524,6 +655,8 @@ pub enum Conflict {
     },
     #[error("rewriteTo of {repository} is {digest}, which is not one of its promoted digests")]
     RewriteToNotPromoted { repository: String, digest: String },
+    #[error("the allowlist holds more than 4 GiB of names, digests and tags")]
+    TooLarge,
     #[error("shortNameRegistry is {registry}, but {first} sets it to {other}")]
     ShortNameRegistry {
         registry: String,
@@ -551,6 +684,177 @@ impl Builder {
         }
     }
 
+    /// Appends `s` to the text.
+    fn intern(&mut self, s: &str) -> Result<Span, Box<Conflict>> {
+        let text = &mut self.list.text;
+        let start = u32::try_from(text.len()).ok();
+        let len = u32::try_from(s.len()).ok();
+        match (start, len) {
+            (Some(start), Some(len)) if start.checked_add(len).is_some() => {
+                text.push_str(s);
+                Ok(Span { start, len })
+            }
+            _ => Err(Box::new(Conflict::TooLarge)),
+        }
+    }
+
+    /// The row of `repository`, added if new.
+    fn repository_row(&mut self, repository: &str) -> Result<u32, Box<Conflict>> {
+        if let Some(id) = self.list.find_repo(repository) {
+            return Ok(id);
+        }
+        let name = self.intern(repository)?;
+        let id = row_id(self.list.repos.len())?;
+        self.list.repos.push(RepoRow {
+            name,
+            first: NONE,
+            last: NONE,
+            count: 0,
+            rewrite_to: NONE,
+        });
+        let Allowlist {
+            text,
+            repos,
+            by_name,
+            hasher,
+            ..
+        } = &mut self.list;
+        let name_of = |r: &u32| -> u64 {
+            let span = repos[*r as usize].name;
+            hasher.hash_one(&text[span.start as usize..(span.start + span.len) as usize])
+        };
+        by_name.insert_unique(name_of(&id), id, name_of);
+        Ok(id)
+    }
+
+    /// Adds `digest` to repository `repo`, first promoted by `promotion`.
+    fn push_digest(&mut self, repo: u32, digest: &str, promotion: Promotion) -> Result<u32, Box<Conflict>> {
+        let span = self.intern(digest)?;
+        let id = row_id(self.list.digests.len())?;
+        self.list.digests.push(DigestRow {
+            digest: span,
+            next: NONE,
+            tags: NONE,
+            promotion,
+            more: NONE,
+        });
+        let row = &mut self.list.repos[repo as usize];
+        match row.last {
+            NONE => row.first = id,
+            last => self.list.digests[last as usize].next = id,
+        }
+        row.last = id;
+        row.count += 1;
+        let (count, first) = (row.count, row.first);
+        if self.list.indexes.contains_key(&repo) {
+            self.index_digest(repo, id);
+        } else if count > SCAN_LIMIT {
+            self.list.indexes.entry(repo).or_default();
+            let digests: Vec<u32> = chain(&self.list.digests, first, |d| d.next)
+                .map(|(d, _)| d)
+                .collect();
+            for d in digests {
+                self.index_digest(repo, d);
+                let tags: Vec<u32> = chain(&self.list.tags, self.list.digests[d as usize].tags, |t| t.next)
+                    .map(|(t, _)| t)
+                    .collect();
+                for t in tags {
+                    self.index_tag(repo, t, d);
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    fn index_digest(&mut self, repo: u32, d: u32) {
+        let Allowlist {
+            text,
+            digests,
+            indexes,
+            hasher,
+            ..
+        } = &mut self.list;
+        let Some(ix) = indexes.get_mut(&repo) else { return };
+        let digest_of = |d: &u32| -> u64 {
+            let span = digests[*d as usize].digest;
+            hasher.hash_one(&text[span.start as usize..(span.start + span.len) as usize])
+        };
+        ix.by_digest.insert_unique(digest_of(&d), d, digest_of);
+    }
+
+    fn index_tag(&mut self, repo: u32, t: u32, d: u32) {
+        let Allowlist {
+            text,
+            tags,
+            indexes,
+            hasher,
+            ..
+        } = &mut self.list;
+        let Some(ix) = indexes.get_mut(&repo) else { return };
+        let tag_of = |(t, _): &(u32, u32)| -> u64 {
+            let span = tags[*t as usize].tag;
+            hasher.hash_one(&text[span.start as usize..(span.start + span.len) as usize])
+        };
+        ix.by_tag.insert_unique(tag_of(&(t, d)), (t, d), tag_of);
+    }
+
+    /// Records that `promotion` promotes digest row `d` too.
+    fn add_promotion(&mut self, d: u32, promotion: Promotion) -> Result<(), Box<Conflict>> {
+        let list = &mut self.list;
+        let row = &list.digests[d as usize];
+        let mut last = None;
+        if row.promotion == promotion {
+            return Ok(());
+        }
+        for (id, p) in chain(&list.promotions, row.more, |p| p.next) {
+            if p.promotion == promotion {
+                return Ok(());
+            }
+            last = Some(id);
+        }
+        let id = row_id(list.promotions.len())?;
+        list.promotions.push(PromotionRow {
+            promotion,
+            next: NONE,
+        });
+        match last {
+            None => list.digests[d as usize].more = id,
+            Some(last) => list.promotions[last as usize].next = id,
+        }
+        Ok(())
+    }
+
+    /// Adds `tag` to digest row `d` of repository `repo`.
+    fn push_tag(&mut self, repo: u32, d: u32, tag: &str, by: Promotion) -> Result<(), Box<Conflict>> {
+        let span = self.intern(tag)?;
+        let id = row_id(self.list.tags.len())?;
+        self.list.tags.push(TagRow {
+            tag: span,
+            next: NONE,
+            by,
+        });
+        let last = chain(&self.list.tags, self.list.digests[d as usize].tags, |t| t.next).last();
+        match last {
+            None => self.list.digests[d as usize].tags = id,
+            Some((last, _)) => self.list.tags[last as usize].next = id,
+        }
+        self.index_tag(repo, id, d);
+        Ok(())
+    }
+
+    /// Where `promotion` was read, as conflict messages name it.
+    fn origin_of(&self, promotion: Promotion) -> Origin {
+        Origin {
+            file: self
+                .list
+                .provenances
+                .get(promotion.provenance as usize)
+                .map_or_else(|| Arc::from(""), |p| p.source.clone()),
+            line: promotion.line as usize,
+            provenance: promotion.provenance,
+        }
+    }
+
     /// Promotes `digest` of the canonical `repository`, known by `tags`.
     pub fn promote(
         &mut self,
@@ -559,42 +863,31 @@ impl Builder {
         tags: &[&str],
         origin: &Origin,
     ) -> Result<(), Box<Conflict>> {
-        if !self.list.repos.contains_key(repository) {
-            let name: Arc<str> = repository.into();
-            self.list.order.push(name.clone());
-            self.list.repos.insert(name.clone(), Repository::new(name));
-        }
-        let repo = self.list.repos.get_mut(repository).expect("inserted above");
-        let index = match repo.find_digest(digest) {
-            Some(i) => i,
-            None => repo.push_digest(digest),
-        };
+        let repo = self.repository_row(repository)?;
         let promotion = Promotion {
             provenance: origin.provenance,
             line: u32::try_from(origin.line).unwrap_or(u32::MAX),
         };
-        let promotions = &mut repo.digests[index].promotions;
-        if !promotions.contains(&promotion) {
-            push_first_exact(promotions, promotion);
-        }
+        let d = match self.list.find_digest(repo, digest) {
+            Some(d) => {
+                self.add_promotion(d, promotion)?;
+                d
+            }
+            None => self.push_digest(repo, digest, promotion)?,
+        };
         for &tag in tags {
-            match repo.find_tag(tag) {
-                Some(i) if i == index => {}
-                Some(i) => {
-                    let first = self.tag_origins[&(repo.name.clone(), tag.into())].clone();
+            match self.list.find_tag(repo, tag) {
+                Some((other, _)) if other == d => {}
+                Some((other, t)) => {
                     return Err(Box::new(Conflict::Tag {
                         repository: repository.to_owned(),
                         tag: tag.to_owned(),
                         digest: digest.to_owned(),
-                        other: repo.digests[i].digest.to_string(),
-                        first,
+                        other: self.list.str(self.list.digests[other as usize].digest).to_owned(),
+                        first: self.origin_of(self.list.tags[t as usize].by),
                     }));
                 }
-                None => {
-                    repo.push_tag(index, tag);
-                    self.tag_origins
-                        .insert((repo.name.clone(), tag.into()), origin.clone());
-                }
+                None => self.push_tag(repo, d, tag, promotion)?,
             }
         }
         Ok(())
@@ -608,9 +901,10 @@ impl Builder {
         digest: &str,
         origin: &Origin,
     ) -> Result<(), Box<Conflict>> {
-        if let Some(first) = self.rewrite_origins.get(repository) {
-            let current = self.list.repos.get(repository).and_then(|r| r.rewrite_to());
-            let other = current.map_or_else(String::new, |p| p.digest.to_string());
+        let repo = self.list.find_repo(repository);
+        if let Some(first) = repo.and_then(|r| self.rewrite_origins.get(&r)) {
+            let current = repo.and_then(|r| self.list.view(r)).and_then(|r| r.rewrite_to());
+            let other = current.map_or_else(String::new, |p| p.digest().to_owned());
             if other != digest {
                 return Err(Box::new(Conflict::RewriteTo {
                     repository: repository.to_owned(),
@@ -621,17 +915,14 @@ impl Builder {
             }
             return Ok(());
         }
-        let repo = self.list.repos.get_mut(repository);
-        let Some(index) = repo.as_ref().and_then(|r| r.find_digest(digest)) else {
+        let Some((repo, d)) = repo.and_then(|r| Some((r, self.list.find_digest(r, digest)?))) else {
             return Err(Box::new(Conflict::RewriteToNotPromoted {
                 repository: repository.to_owned(),
                 digest: digest.to_owned(),
             }));
         };
-        let repo = repo.expect("checked above");
-        repo.rewrite_to = Some(index);
-        let name = repo.name.clone();
-        self.rewrite_origins.insert(name, origin.clone());
+        self.list.repos[repo as usize].rewrite_to = d;
+        self.rewrite_origins.insert(repo, origin.clone());
         Ok(())
     }
 
@@ -693,15 +984,29 @@ impl Builder {
         let mut list = self.list;
         link_replaces(&mut list.provenances);
         let mut basenames: Vec<(u64, u32)> = list
-            .order
+            .repos
             .iter()
-            .enumerate()
-            .map(|(i, name)| (basename_hash(name), u32::try_from(i).unwrap_or(u32::MAX)))
+            .zip(0..)
+            .map(|(r, id)| (basename_hash(list.str(r.name)), id))
             .collect();
         basenames.sort_unstable();
         list.basenames = basenames;
+        // What growth left spare: the tables are held as long as the list.
+        list.text.shrink_to_fit();
+        list.repos.shrink_to_fit();
+        list.digests.shrink_to_fit();
+        list.tags.shrink_to_fit();
+        list.promotions.shrink_to_fit();
         list
     }
+}
+
+/// The index a new row of a table of `len` rows gets.
+fn row_id(len: usize) -> Result<u32, Box<Conflict>> {
+    u32::try_from(len)
+        .ok()
+        .filter(|&id| id != NONE)
+        .ok_or_else(|| Box::new(Conflict::TooLarge))
 }
 
 /// Gives CSVs linked by `spec.replaces` one package, so the newest-release
@@ -787,7 +1092,7 @@ mod tests {
         let list = b.build();
         let c = list.candidates("quay.io/x/y");
         assert!(c.is_promoted(&d('a')));
-        assert_eq!(&*c.digest_for_tag("v2").unwrap().digest, d('b'));
+        assert_eq!(c.digest_for_tag("v2").unwrap().digest(), d('b'));
         // Two digests and no rewriteTo: nothing decides.
         assert!(c.default_target().is_none());
 
@@ -797,7 +1102,7 @@ mod tests {
         b.rewrite_to("quay.io/x/y", &d('b'), &origin(3)).unwrap();
         let list = b.build();
         assert_eq!(
-            &*list.candidates("quay.io/x/y").default_target().unwrap().digest,
+            list.candidates("quay.io/x/y").default_target().unwrap().digest(),
             d('b')
         );
     }
@@ -814,12 +1119,13 @@ mod tests {
         }
         let list = b.build();
         let repo = list.repository("quay.io/x/y").unwrap();
-        assert!(repo.index.is_some());
-        assert_eq!(repo.digests.len(), 20);
+        assert!(list.indexes.contains_key(&repo.id));
+        assert_eq!(repo.digest_count(), 20);
+        assert_eq!(repo.digests().count(), 20);
         for (i, d) in digests.iter().enumerate() {
             assert!(repo.is_promoted(d));
             assert_eq!(
-                &*repo.digest_for_tag(&format!("v{i}")).unwrap().digest,
+                repo.digest_for_tag(&format!("v{i}")).unwrap().digest(),
                 d.as_str()
             );
         }
@@ -903,7 +1209,7 @@ mod tests {
         // Versions compare as semver: 1.10.0 is newer than 1.9.0.
         let (p, by) = c.newest_release().unwrap();
         assert_eq!(
-            (&*p.digest, by.release().as_deref()),
+            (p.digest(), by.release().as_deref()),
             (d('b').as_str(), Some("op 1.10.0"))
         );
         assert_eq!(
@@ -913,22 +1219,46 @@ mod tests {
     }
 
     #[test]
-    fn a_repository_with_one_digest_holds_room_for_one() {
-        // The 10,000-repository list's memory: three wasted slots each of
-        // digests, tags and sources were 2.4 MiB.
+    fn a_repository_costs_its_rows_and_its_strings() {
+        // The memory of a reload under load (the old and the new list held
+        // at once): a repository with one digest, one tag and one source is
+        // one row of each of three tables and its strings, with no spare
+        // room; the single source is held in the digest's row.
         let mut b = Builder::default();
         b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
+        b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
         let list = b.build();
-        let repo = list.repositories().next().unwrap();
-        let p = &repo.digests[0];
         assert_eq!(
             (
-                repo.digests.capacity(),
-                p.tags.capacity(),
-                p.promotions.capacity()
+                list.repos.len(),
+                list.digests.len(),
+                list.tags.len(),
+                list.promotions.len()
             ),
-            (1, 1, 1)
+            (1, 1, 1, 0)
         );
+        assert_eq!(list.text, format!("quay.io/x/y{}v1", d('a')));
+        assert_eq!(
+            (
+                list.text.capacity(),
+                list.repos.capacity(),
+                list.digests.capacity(),
+                list.tags.capacity()
+            ),
+            (list.text.len(), 1, 1, 1)
+        );
+        // A second source promoting the same digest takes a row of its own.
+        let mut b = Builder::default();
+        b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
+        b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(2)).unwrap();
+        let list = b.build();
+        let lines: Vec<u32> = list
+            .repositories()
+            .flat_map(|r| r.digests())
+            .flat_map(|p| p.promotions())
+            .map(|p| p.line)
+            .collect();
+        assert_eq!(lines, [1, 2]);
     }
 
     #[test]
@@ -956,7 +1286,7 @@ mod tests {
         let list = b.build();
         let (p, by) = list.candidates("quay.io/x/y").newest_release().unwrap();
         assert_eq!(
-            (&*p.digest, by.release().as_deref()),
+            (p.digest(), by.release().as_deref()),
             (d('b').as_str(), Some("serving-fast 1.21.0"))
         );
         // An unlinked CSV whose name has no version keeps no package.

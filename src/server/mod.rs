@@ -259,6 +259,7 @@ async fn wait_for_signal() {
 /// Fails fast on anything unusable: a webhook that starts without its inputs
 /// would only deny everything.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
+    reload::map_large_blocks();
     let provider = tls::provider();
     let key = tls::load_key_pair(&config.cert, &config.key, &provider)?;
     let store = Arc::new(CertStore::new(key));
@@ -269,7 +270,9 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     // server is not ready.
     let waiting = !config.csvs.allowlist_csv.is_empty();
     let last_good = config.state_dir.as_deref().map(reload::LastGood::in_dir);
-    let read = reload::load_allowlist(&config.allowlists, None);
+    let files = reload::read_allowlist(&config.allowlists, None);
+    let allowlist_seen = files.seen;
+    let read = files.load(None);
     let checked = read
         .loaded
         .and_then(|l| reload::usable_unless_waiting(l, &config.policy, waiting));
@@ -348,7 +351,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         config.allowlists.clone(),
         installed,
         last_good,
-        read.seen,
+        allowlist_seen,
         CertFiles {
             cert: config.cert.clone(),
             key: config.key.clone(),

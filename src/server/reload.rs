@@ -107,11 +107,16 @@ pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), String> {
     Ok(())
 }
 
-/// What one read of the allowlist found.
-pub struct Read {
+/// The allowlist files as read, before anything is parsed.
+pub struct Files {
     /// The fingerprint of what was read: the files, and whether (and which)
     /// installed CSVs were merged.
     pub seen: u64,
+    files: Result<Vec<Source>, String>,
+}
+
+/// What one read of the allowlist found.
+pub struct Read {
     /// The files as read: what `--state-dir` keeps when they load.
     pub files: Vec<Source>,
     pub loaded: Result<Loaded, String>,
@@ -126,32 +131,52 @@ pub fn usable_unless_waiting(loaded: Loaded, policy: &Policy, waiting: bool) -> 
     Ok(loaded)
 }
 
-/// Reads and parses the allowlist files, then `installed` (the CSVs of
-/// `--allowlist-csv`, once listed). Whether the result is [`usable`] is the
-/// caller's question: before the CSVs arrive the files alone need not be.
-pub fn load_allowlist(paths: &[PathBuf], installed: Option<&[Source]>) -> Read {
-    let files = match allowlist::read_sources(paths) {
-        Ok(s) => s,
+/// Reads the allowlist files, without parsing them: a reload compares
+/// [`Files::seen`] first, so an unchanged allowlist is never built a second
+/// time beside the one in force.
+pub fn read_allowlist(paths: &[PathBuf], installed: Option<&[Source]>) -> Files {
+    match allowlist::read_sources(paths) {
+        Ok(files) => Files {
+            seen: fingerprint(&(&files, installed)),
+            files: Ok(files),
+        },
         Err(e) => {
             let message = e.to_string();
-            return Read {
+            Files {
                 seen: fingerprint(&message),
+                files: Err(message),
+            }
+        }
+    }
+}
+
+// === impl Files ===
+
+impl Files {
+    /// Parses the files, then `installed` (the CSVs of `--allowlist-csv`,
+    /// once listed). Whether the result is [`usable`] is the caller's
+    /// question: before the CSVs arrive the files alone need not be.
+    pub fn load(self, installed: Option<&[Source]>) -> Read {
+        match self.files {
+            Ok(files) => {
+                let loaded = merge(&files, installed);
+                Read { files, loaded }
+            }
+            Err(message) => Read {
                 files: Vec::new(),
                 loaded: Err(message),
-            };
+            },
         }
-    };
-    let seen = fingerprint(&(&files, installed));
-    let loaded = merge(&files, installed);
-    Read { seen, files, loaded }
+    }
 }
 
 /// Loads allowlist files and then the installed CSVs, as one allowlist: what
 /// a reload puts in force, and what `/validate-allowlist` checks an edit by.
+/// The sources are read where they are, not gathered into one list: a copy
+/// of a 50,000-repository file's text is 11 MiB more while the new
+/// allowlist is built beside the old one.
 pub fn merge(files: &[Source], installed: Option<&[Source]>) -> Result<Loaded, String> {
-    let mut sources = files.to_vec();
-    sources.extend_from_slice(installed.unwrap_or_default());
-    allowlist::load_sources(&sources).map_err(|e| e.to_string())
+    allowlist::load_sources(files.iter().chain(installed.unwrap_or_default())).map_err(|e| e.to_string())
 }
 
 /// `--state-dir`: the last allowlist files that loaded. The running server
@@ -180,17 +205,23 @@ impl LastGood {
 
     /// Keeps `files`, replacing the previous copy whole (written beside it,
     /// then renamed), so a crash mid-write leaves the old copy.
+    /// The JSON is written as it is serialised, not built in memory first:
+    /// that would be another copy of the allowlist's text.
     pub fn save(&self, files: &[Source]) -> Result<(), String> {
-        let text = serde_json::to_vec(files).map_err(|e| e.to_string())?;
+        use std::io::Write;
         let partial = self.path.with_extension("json.partial");
-        std::fs::write(&partial, text)
-            .and_then(|()| std::fs::rename(&partial, &self.path))
-            .map_err(|e| {
-                format!(
-                    "cannot keep the last good allowlist in {}: {e}",
-                    self.path.display()
-                )
-            })
+        let write = || -> std::io::Result<()> {
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+            serde_json::to_writer(&mut out, files)?;
+            out.flush()?;
+            std::fs::rename(&partial, &self.path)
+        };
+        write().map_err(|e| {
+            format!(
+                "cannot keep the last good allowlist in {}: {e}",
+                self.path.display()
+            )
+        })
     }
 
     /// The copy kept, and when it was written; `None` when there is none.
@@ -207,6 +238,37 @@ impl LastGood {
             .map(|t| humantime::format_rfc3339_seconds(t).to_string())
             .unwrap_or_else(|_| "an unknown time".into());
         Ok(Some((files, saved)))
+    }
+}
+
+/// Makes every large block (an allowlist's tables and text, a file read)
+/// a mapping of its own, whatever was freed before. glibc otherwise raises
+/// its mapping threshold to the size of the largest mapped block freed, so
+/// after the first reload the next allowlist's tables would be carved from
+/// the heap, copied as they grow and left fragmented when freed; as
+/// mappings they grow in place and go back to the kernel whole.
+pub fn map_large_blocks() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a glibc tunable; called before the server's
+    // threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+/// Gives the pages the previous allowlist and the files' text occupied back
+/// to the kernel. glibc returns memory only from the top of a heap; the old
+/// allowlist sits in the middle of one (the new one was built in the
+/// reload thread's arena), so without this every reload would leave its
+/// predecessor's pages resident and the pod would grow toward its limit.
+/// A request still holding the old snapshot frees it later; the next
+/// reload's trim returns that.
+fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas, under their locks,
+    // and may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -285,11 +347,12 @@ impl Reloader {
                 Some(sources)
             }
         };
-        let read = load_allowlist(&self.allowlists, installed.as_deref());
-        if self.allowlist_seen == read.seen {
+        let files = read_allowlist(&self.allowlists, installed.as_deref());
+        if self.allowlist_seen == files.seen {
             return;
         }
-        self.allowlist_seen = read.seen;
+        self.allowlist_seen = files.seen;
+        let read = files.load(installed.as_deref());
         let metrics = &self.state.metrics;
         match read
             .loaded
@@ -332,6 +395,10 @@ impl Reloader {
                 }
             }
         }
+        // Whichever was dropped (the allowlist replaced, or one that failed
+        // half-built), and the files' text.
+        drop(read.files);
+        return_freed_memory();
     }
 
     fn poll_certificate(&mut self, forced: bool) {
@@ -445,8 +512,9 @@ mod tests {
         std::fs::write(&list, text).unwrap();
         let provider = tls::provider();
         let key = tls::load_key_pair(&files.cert, &files.key, &provider).unwrap();
-        let read = load_allowlist(std::slice::from_ref(&list), None);
-        let state = Arc::new(State::new(read.loaded.unwrap().allowlist, policy));
+        let read = read_allowlist(std::slice::from_ref(&list), None);
+        let seen = read.seen;
+        let state = Arc::new(State::new(read.load(None).loaded.unwrap().allowlist, policy));
         let installed = csvs.then(|| Arc::new(Installed::default()));
         if csvs {
             state.ready.wait(crate::server::http::WAITING_FOR_CSVS);
@@ -456,7 +524,7 @@ mod tests {
             vec![list.clone()],
             installed.clone(),
             None,
-            read.seen,
+            seen,
             files,
             Arc::new(CertStore::new(key)),
             provider,
@@ -498,7 +566,7 @@ mod tests {
             "the file stays merged"
         );
         let (newest, by) = allowlist.candidates(REPOSITORY).newest_release().unwrap();
-        assert_eq!(newest.digest.as_ref(), DIGEST_1_21_0);
+        assert_eq!(newest.digest(), DIGEST_1_21_0);
         assert_eq!(
             by.origin,
             "ClusterServiceVersion rhods-operator.1.21.0 (installed)"
