@@ -97,6 +97,15 @@ struct Span {
     len: u32,
 }
 
+impl Span {
+    /// The string it points at in `text`; empty if it does not fit, which
+    /// only a bug could cause.
+    fn of(self, text: &str) -> &str {
+        let start = self.start as usize;
+        text.get(start..start + self.len as usize).unwrap_or_default()
+    }
+}
+
 /// No row: the end of a chain, or no rewrite target.
 const NONE: u32 = u32::MAX;
 
@@ -719,10 +728,7 @@ impl Builder {
             hasher,
             ..
         } = &mut self.list;
-        let name_of = |r: &u32| -> u64 {
-            let span = repos[*r as usize].name;
-            hasher.hash_one(&text[span.start as usize..(span.start + span.len) as usize])
-        };
+        let name_of = |r: &u32| -> u64 { hasher.hash_one(repos[*r as usize].name.of(text)) };
         by_name.insert_unique(name_of(&id), id, name_of);
         Ok(id)
     }
@@ -775,10 +781,7 @@ impl Builder {
             ..
         } = &mut self.list;
         let Some(ix) = indexes.get_mut(&repo) else { return };
-        let digest_of = |d: &u32| -> u64 {
-            let span = digests[*d as usize].digest;
-            hasher.hash_one(&text[span.start as usize..(span.start + span.len) as usize])
-        };
+        let digest_of = |d: &u32| -> u64 { hasher.hash_one(digests[*d as usize].digest.of(text)) };
         ix.by_digest.insert_unique(digest_of(&d), d, digest_of);
     }
 
@@ -791,10 +794,7 @@ impl Builder {
             ..
         } = &mut self.list;
         let Some(ix) = indexes.get_mut(&repo) else { return };
-        let tag_of = |(t, _): &(u32, u32)| -> u64 {
-            let span = tags[*t as usize].tag;
-            hasher.hash_one(&text[span.start as usize..(span.start + span.len) as usize])
-        };
+        let tag_of = |(t, _): &(u32, u32)| -> u64 { hasher.hash_one(tags[*t as usize].tag.of(text)) };
         ix.by_tag.insert_unique(tag_of(&(t, d)), (t, d), tag_of);
     }
 
