@@ -249,8 +249,8 @@ impl LastGood {
 /// mappings they grow in place and go back to the kernel whole.
 pub fn map_large_blocks() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a glibc tunable; called before the server's
-    // threads start.
+    // SAFETY: mallopt only sets a glibc tunable, under glibc's own arena
+    // lock; any thread may call it at any time.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
     }
