@@ -632,6 +632,14 @@ async fn certificate_rotation_by_symlink_swap_keeps_open_connections() {
         .unwrap();
     assert_eq!(Some(peer_cert_der(&s)), rotated);
     assert_eq!(admin_get(h.running.admin_addr, "/readyz").await.0, StatusCode::OK);
+    // The expiry exported is the one of the certificate served.
+    let (_, served) = x509_parser::parse_x509_certificate(rotated.as_deref().unwrap()).unwrap();
+    let expiry = format!(
+        "digest_gate_certificate_expiry_timestamp_seconds {}\n",
+        served.validity().not_after.timestamp()
+    );
+    let metrics = admin_get(h.running.admin_addr, "/metrics").await.1;
+    assert!(metrics.contains(&expiry), "{expiry} not in:\n{metrics}");
     h.running.drain();
     h.running.wait().await;
 }

@@ -262,6 +262,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     reload::map_large_blocks();
     let provider = tls::provider();
     let key = tls::load_key_pair(&config.cert, &config.key, &provider)?;
+    let expiry = tls::chain_expiry(&key);
     let store = Arc::new(CertStore::new(key));
     let tls_config = tls::server_config(store.clone(), config.client_ca.as_deref(), provider.clone())?;
 
@@ -313,6 +314,10 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     state.metrics.reload("allowlist", !stale);
     state.metrics.allowlist_stale(stale);
     state.metrics.reload("certificate", true);
+    state.metrics.certificate_expiry(expiry);
+    if expiry.is_none() {
+        tracing::warn!(cert = %config.cert.display(), "cannot read the serving certificate's expiry; digest_gate_certificate_expiry_timestamp_seconds is 0");
+    }
 
     let (webhook, webhook_addr) = bind(config.listen).await?;
     let (admin, admin_addr) = bind(config.admin_listen).await?;

@@ -423,6 +423,11 @@ impl Reloader {
         self.cert_seen = Some(seen);
         match result {
             Ok(key) => {
+                let expiry = tls::chain_expiry(&key);
+                if expiry.is_none() {
+                    tracing::warn!(cert = %files.cert.display(), "cannot read the new certificate's expiry; digest_gate_certificate_expiry_timestamp_seconds is 0");
+                }
+                self.state.metrics.certificate_expiry(expiry);
                 self.cert_store.swap(key);
                 self.state.metrics.reload("certificate", true);
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded; new handshakes use it");

@@ -89,6 +89,18 @@ pub fn parse_key_pair(
     })
 }
 
+/// When the chain in `key` stops being valid, as Unix seconds: the earliest
+/// notAfter in it, since an intermediate that expires first breaks the chain
+/// as surely as the leaf. `None` when a certificate's validity cannot be read
+/// (rustls accepted it, so that is not expected).
+pub fn chain_expiry(key: &CertifiedKey) -> Option<i64> {
+    key.cert.iter().try_fold(None, |earliest: Option<i64>, der| {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let ends = cert.validity().not_after.timestamp();
+        Some(Some(earliest.map_or(ends, |e| e.min(ends))))
+    })?
+}
+
 /// Serves whatever key pair was loaded last. A handshake costs one atomic
 /// load; a reload swaps the pair only once the new one has parsed.
 #[derive(Debug)]
@@ -288,6 +300,37 @@ mod tests {
         let store = Arc::new(CertStore::new(key));
         server_config(store, Some(&files.ca), provider()).unwrap();
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_chain_expires_with_its_first_certificate_to_expire() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        // An intermediate that ends before the leaf it signs, as happens
+        // when a CA is rotated late.
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.not_after = rcgen::date_time_ymd(2030, 1, 1);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let mut leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        leaf.not_after = rcgen::date_time_ymd(2035, 1, 1);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+        let p = provider();
+        let key_pem = leaf_key.serialize_pem();
+        let (c, k) = (Path::new("c"), Path::new("k"));
+
+        let alone = parse_key_pair(c, leaf_cert.pem().as_bytes(), k, key_pem.as_bytes(), &p).unwrap();
+        assert_eq!(chain_expiry(&alone), Some(2_051_222_400));
+        let chain = format!("{}{}", leaf_cert.pem(), ca_cert.pem());
+        let chained = parse_key_pair(c, chain.as_bytes(), k, key_pem.as_bytes(), &p).unwrap();
+        assert_eq!(chain_expiry(&chained), Some(1_893_456_000));
+        // rustls does not parse the chain beyond the leaf: a broken second
+        // certificate loads, and its expiry is unknown rather than made up.
+        let mut broken = chained.clone();
+        broken.cert[1] = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
+        assert_eq!(chain_expiry(&broken), None);
     }
 
     #[test]
