@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test tools build fetch release clean bench bench-load bench-instructions bench-audit bench-check soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check soak fuzz
 
 test: fmt-check clippy unit chart-test
 
@@ -30,13 +30,24 @@ $(VENV)/.installed: tests/chart/requirements.txt
 tools:
 	@command -v openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openssl; }
 
+# promtool runs the chart's alerting rules (tests/chart/test_alerts.py). Only
+# the binary is taken out of Debian's prometheus package: installing the
+# package would set up and try to start a Prometheus server.
+PROMTOOL_DIR ?= $(HOME)/.cache/digest-gate-promtool
+promtool:
+	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL_DIR)/promtool || { \
+		apt-get update -qq && rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR)/deb && \
+		cd $(PROMTOOL_DIR)/deb && apt-get download -qq prometheus 2>/dev/null && \
+		dpkg-deb -x prometheus_*.deb . && mv usr/bin/promtool $(PROMTOOL_DIR)/promtool && \
+		rm -rf $(PROMTOOL_DIR)/deb; }
+
 # The Dockerfile test resolves the lock file offline, which needs every
 # platform's crates in the cache, not only those this machine builds.
 fetch:
 	$(CARGO) fetch --locked
 
-chart-test: $(VENV)/.installed tools build fetch
-	cd tests/chart && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
+chart-test: $(VENV)/.installed tools promtool build fetch
+	cd tests/chart && PATH="$(abspath $(VENV))/bin:$$PATH:$(PROMTOOL_DIR)" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 build:
 	$(CARGO) build --locked

@@ -24,10 +24,11 @@ NAMESPACE = "digest-gate"
 
 
 @contextlib.contextmanager
-def serving(certs: pathlib.Path):
-    """Runs `digest-gate serve` on loopback with certs/tls.{crt,key} and the
-    example allowlist until ready; yields the webhook port; on exit sends
-    SIGTERM and checks the process exits 0."""
+def serving(certs: pathlib.Path, *extra: str, admin_port: bool = False):
+    """Runs `digest-gate serve` on loopback with certs/tls.{crt,key}, the
+    example allowlist and `extra` arguments until ready; yields the webhook
+    port (and the admin port, with admin_port); on exit sends SIGTERM and
+    checks the process exits 0."""
     import http.client
     import signal
     import time
@@ -35,7 +36,7 @@ def serving(certs: pathlib.Path):
     proc = subprocess.Popen(
         [str(binary()), "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
          "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
-         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"],
+         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 20
@@ -50,7 +51,7 @@ def serving(certs: pathlib.Path):
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline, "digest-gate did not become ready"
             time.sleep(0.1)
-        yield port
+        yield (port, admin) if admin_port else port
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=15)
