@@ -5,7 +5,10 @@ upgrade from the previous release."""
 from __future__ import annotations
 
 import base64
+import calendar
 import json
+import subprocess
+import time
 
 import helm_python as helm
 import pytest
@@ -285,6 +288,29 @@ def test_upgrade_from_0_5_0_adds_the_connection_flags_the_node_spread_and_break_
     assert [s["whenUnsatisfiable"] for s in spreads] == ["DoNotSchedule", "ScheduleAnyway"]
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+
+def test_upgrade_from_0_6_0_changes_only_versions_and_adds_the_dashboard_on_request(cluster, release, models,
+                                                                                    tmp_path):
+    old = previous_chart("0.6.0", tmp_path / "old")
+    before = release.install(release.values(), chart=old, raw=True)
+    after = release.upgrade()
+    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.6.0"
+    # The rules and the dashboard are opt-in: nothing else changes.
+    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
+
+    release.upgrade({"metrics": {"grafanaDashboard": {"enabled": True}}})
+    dashboard = cluster.get("configmap", f"{FULLNAME}-dashboard", RELEASE_NAMESPACE)
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["digest-gate.json"])["uid"] == "digest-gate"
+    # The certificate's expiry is exported: the Secret's certificate's notAfter.
+    pem = base64.b64decode(cluster.get("secret", f"{FULLNAME}-tls", RELEASE_NAMESPACE)["data"]["tls.crt"])
+    end = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-dateopt", "iso_8601"], input=pem,
+                         capture_output=True, check=True).stdout.decode().strip().split("=", 1)[1]
+    expiry = calendar.timegm(time.strptime(end, "%Y-%m-%d %H:%M:%SZ"))
+    assert release.pod.metric("digest_gate_certificate_expiry_timestamp_seconds") == expiry
 
 
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
