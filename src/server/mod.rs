@@ -314,10 +314,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     state.metrics.reload("allowlist", !stale);
     state.metrics.allowlist_stale(stale);
     state.metrics.reload("certificate", true);
-    state.metrics.certificate_expiry(expiry);
-    if expiry.is_none() {
-        tracing::warn!(cert = %config.cert.display(), "cannot read the serving certificate's expiry; digest_gate_certificate_expiry_timestamp_seconds is 0");
-    }
+    reload::export_expiry(&state.metrics, expiry, &config.cert);
 
     let (webhook, webhook_addr) = bind(config.listen).await?;
     let (admin, admin_addr) = bind(config.admin_listen).await?;

@@ -272,6 +272,15 @@ fn return_freed_memory() {
     }
 }
 
+/// Exports when the serving chain expires ([`tls::chain_expiry`]), or says
+/// loudly that it cannot tell (the metric is then 0, so an expiry alert fires).
+pub fn export_expiry(metrics: &crate::metrics::Metrics, expiry: Option<i64>, cert: &Path) {
+    if expiry.is_none() {
+        tracing::warn!(cert = %cert.display(), "cannot read the serving certificate's expiry; digest_gate_certificate_expiry_timestamp_seconds is 0");
+    }
+    metrics.certificate_expiry(expiry);
+}
+
 fn read_certs(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), String> {
     let cert =
         std::fs::read(&files.cert).map_err(|e| format!("cannot read {}: {e}", files.cert.display()))?;
@@ -423,11 +432,7 @@ impl Reloader {
         self.cert_seen = Some(seen);
         match result {
             Ok(key) => {
-                let expiry = tls::chain_expiry(&key);
-                if expiry.is_none() {
-                    tracing::warn!(cert = %files.cert.display(), "cannot read the new certificate's expiry; digest_gate_certificate_expiry_timestamp_seconds is 0");
-                }
-                self.state.metrics.certificate_expiry(expiry);
+                export_expiry(&self.state.metrics, tls::chain_expiry(&key), &files.cert);
                 self.cert_store.swap(key);
                 self.state.metrics.reload("certificate", true);
                 tracing::info!(cert = %files.cert.display(), "TLS certificate reloaded; new handshakes use it");
