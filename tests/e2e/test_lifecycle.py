@@ -95,6 +95,16 @@ def without_0_4_0_additions(objects: list[dict]) -> list[dict]:
     return objects
 
 
+def upgraded_from(version: str, release, tmp_path) -> tuple[list[dict], list[dict]]:
+    """Installs the chart as released at `version` with the suite's values,
+    upgrades it to this one with the same values, and returns both renders."""
+    old = previous_chart(version, tmp_path / "old")
+    before = release.install(release.values(), chart=old, raw=True)
+    after = release.upgrade()
+    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != version
+    return manifest_objects(before), manifest_objects(after)
+
+
 def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster, release):
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
     assert (version["major"], version["minor"]) == ("1", "20")
@@ -237,14 +247,11 @@ def test_upgrade_from_0_2_0_turns_the_audit_on_and_a_rollback_off(cluster, relea
 
 
 def test_upgrade_from_0_3_0_changes_only_versions_and_messages(cluster, release, models, tmp_path):
-    old = previous_chart("0.3.0", tmp_path / "old")
-    before = release.install(release.values(), chart=old, raw=True)
-    after = release.upgrade()
-    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.3.0"
+    before, after = upgraded_from("0.3.0", release, tmp_path)
     # 0.4.0 adds the ConfigMap and Template webhook entries (on by default)
     # and the server's --configmap-names; nothing else changes.
-    assert without_0_4_0_additions(manifest_objects(after)) == without_0_4_0_additions(manifest_objects(before))
-    hooks = [w["name"] for o in manifest_objects(after) if o["kind"] == "MutatingWebhookConfiguration"
+    assert without_0_4_0_additions(after) == without_0_4_0_additions(before)
+    hooks = [w["name"] for o in after if o["kind"] == "MutatingWebhookConfiguration"
              for w in o["webhooks"]]
     assert hooks == ["mutate.digest-gate.dev", "mutate-configmaps.digest-gate.dev", "mutate-templates.digest-gate.dev"]
     # What changed, as a developer meets it: a placeholder is named as one.
@@ -259,12 +266,9 @@ def test_upgrade_from_0_3_0_changes_only_versions_and_messages(cluster, release,
 
 
 def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(cluster, release, models, tmp_path):
-    old = previous_chart("0.4.0", tmp_path / "old")
-    before = release.install(release.values(), chart=old, raw=True)
-    after = release.upgrade()
-    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.4.0"
-    assert without_0_5_0_additions(manifest_objects(after)) == without_0_5_0_additions(manifest_objects(before))
-    hooks = [w["name"] for o in manifest_objects(after) if o["kind"] == "ValidatingWebhookConfiguration"
+    before, after = upgraded_from("0.4.0", release, tmp_path)
+    assert without_0_5_0_additions(after) == without_0_5_0_additions(before)
+    hooks = [w["name"] for o in after if o["kind"] == "ValidatingWebhookConfiguration"
              for w in o["webhooks"]]
     assert hooks[-1] == "validate-allowlist.digest-gate.dev"
     cluster.apply(incident_runtime(models))
@@ -275,15 +279,12 @@ def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(clus
 
 def test_upgrade_from_0_5_0_adds_the_connection_flags_the_node_spread_and_break_glass(cluster, release, models,
                                                                                      tmp_path):
-    old = previous_chart("0.5.0", tmp_path / "old")
-    before = release.install(release.values(), chart=old, raw=True)
-    after = release.upgrade()
-    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.5.0"
-    assert without_0_6_0_additions(manifest_objects(after)) == without_0_6_0_additions(manifest_objects(before))
-    args = next(o for o in manifest_objects(after) if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+    before, after = upgraded_from("0.5.0", release, tmp_path)
+    assert without_0_6_0_additions(after) == without_0_6_0_additions(before)
+    args = next(o for o in after if o["kind"] == "Deployment")["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert "--handshake-timeout=3s" in args and "--max-pending-per-peer=64" in args
-    spreads = next(o for o in manifest_objects(after) if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+    spreads = next(o for o in after if o["kind"] == "Deployment")["spec"]["template"]["spec"][
         "topologySpreadConstraints"]
     assert [s["whenUnsatisfiable"] for s in spreads] == ["DoNotSchedule", "ScheduleAnyway"]
     cluster.apply(incident_runtime(models))
@@ -292,12 +293,9 @@ def test_upgrade_from_0_5_0_adds_the_connection_flags_the_node_spread_and_break_
 
 def test_upgrade_from_0_6_0_changes_only_versions_and_adds_the_dashboard_on_request(cluster, release, models,
                                                                                     tmp_path):
-    old = previous_chart("0.6.0", tmp_path / "old")
-    before = release.install(release.values(), chart=old, raw=True)
-    after = release.upgrade()
-    assert after["chart_version"] == yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] != "0.6.0"
+    before, after = upgraded_from("0.6.0", release, tmp_path)
     # The rules and the dashboard are opt-in: nothing else changes.
-    assert unversioned(manifest_objects(after)) == unversioned(manifest_objects(before))
+    assert unversioned(after) == unversioned(before)
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
