@@ -531,7 +531,7 @@ fn run_audit(args: &AuditArgs) -> u8 {
             }
         }
     }
-    let files = match allowlist::read_sources(&args.policy.allowlists) {
+    let files = match allowlist::open_files(&args.policy.allowlists) {
         Ok(s) => s,
         Err(errors) => {
             eprintln!("error: the allowlist cannot be used:\n{errors}");
@@ -545,12 +545,12 @@ fn run_audit(args: &AuditArgs) -> u8 {
     let result = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings()).await?;
         // The files, then the installed CSVs, merged as one allowlist.
-        let mut sources = files;
+        let mut installed = Vec::new();
         for csvs in &args.csvs.allowlist_csv {
             let read = audit::installed::read(&connection, csvs).await;
-            sources.extend(read.map_err(|f| f.message().to_owned())?);
+            installed.extend(read.map_err(|f| f.message().to_owned())?);
         }
-        let loaded = allowlist::load_sources(&sources)
+        let loaded = allowlist::load_sources(allowlist::inputs(&files).chain(allowlist::inputs(&installed)))
             .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
         let scope = if args.all_namespaces || args.namespace_selector.is_some() {
             audit::Scope::All {

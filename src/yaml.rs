@@ -8,6 +8,7 @@
 //! reader expands them, so an image hidden behind an alias is still seen.
 
 pub mod de;
+pub mod stream;
 pub mod tolerant;
 
 use json_patch::jsonptr::Token;

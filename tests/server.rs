@@ -857,7 +857,7 @@ async fn a_new_pod_with_a_broken_allowlist_waits_unready() {
         async || admin_get(running.admin_addr, "/readyz").await.0 == StatusCode::OK,
     )
     .await;
-    assert!(state_dir.join("last-good-allowlist.json").exists());
+    assert!(state_dir.join("last-good-allowlist").exists());
     running.drain();
     running.wait().await;
 

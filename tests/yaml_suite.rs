@@ -165,3 +165,50 @@ fn every_case_reads_as_the_suite_says_or_is_named_here() {
         (308, 308, 94, 94)
     );
 }
+
+/// saphyr's events with the line and column each starts at, up to and
+/// including the first error (after which it repeats that error forever).
+fn events<'a, I: saphyr_parser::Input>(
+    parser: saphyr_parser::Parser<'a, I>,
+) -> Vec<Result<(saphyr_parser::Event<'a>, usize, usize), String>> {
+    let mut out = Vec::new();
+    for r in parser {
+        let failed = r.is_err();
+        out.push(
+            r.map(|(e, s)| (e, s.start.line(), s.start.col()))
+                .map_err(|e| e.to_string()),
+        );
+        if failed {
+            break;
+        }
+    }
+    out
+}
+
+/// A large allowlist file is parsed from characters decoded a chunk at a
+/// time (`yaml::stream::Chars`), not from its whole text: saphyr must give
+/// the same events either way. Chunks of 1, 2 and 3 bytes split every
+/// multi-byte character at each of its boundaries (`src/yaml/stream.rs`
+/// tests the decoding itself on any text).
+#[test]
+fn every_case_parses_the_same_read_a_few_bytes_at_a_time() {
+    use saphyr_parser::Parser;
+    use std::io::BufReader;
+
+    let mut compared = 0;
+    let mut multibyte = 0;
+    for (id, dir) in cases() {
+        let text = std::fs::read_to_string(dir.join("in.yaml")).unwrap();
+        multibyte += usize::from(!text.is_ascii());
+        let whole = events(Parser::new_from_str(&text));
+        for chunk in 1..=3 {
+            let (chars, failure) = yaml::stream::Chars::new(BufReader::with_capacity(chunk, text.as_bytes()));
+            let streamed = events(Parser::new_from_iter(chars));
+            assert!(failure.borrow().is_none(), "{id}: {:?}", failure.borrow());
+            assert_eq!(streamed, whole, "{id}, read {chunk} bytes at a time");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 3 * 402);
+    assert!(multibyte > 0, "no case holds non-ASCII text");
+}

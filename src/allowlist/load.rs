@@ -4,6 +4,9 @@
 //! Several files, or every file of a directory, merge by union.
 
 use std::fmt;
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use super::native::{self, Refused, Sink};
 use super::{Allowlist, Builder, Origin, Provenance};
 use crate::reference;
 use crate::yaml::de::{Cause, Head, Reader};
+use crate::yaml::stream::{self, Chars, Failure};
 use crate::yaml::{self, Document, YamlError};
 
 pub use super::native::API_VERSION;
@@ -232,34 +236,134 @@ fn digests_by_provenance(list: &Allowlist) -> Vec<usize> {
 /// Loads and merges every file named, reading directories one level deep and
 /// skipping hidden entries (a mounted ConfigMap's `..data` and friends).
 pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
-    load_sources(&read_sources(paths)?)
+    load_sources(inputs(&open_files(paths)?))
 }
 
-/// One allowlist file's name and text.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// An allowlist source to load: its name for messages, and its text from
+/// the start, as often as the loader asks (once to tell its format, once to
+/// parse it).
+pub trait Input {
+    fn name(&self) -> &str;
+    fn open(&self) -> io::Result<Box<dyn BufRead + '_>>;
+}
+
+/// Each of `sources` as an [`Input`], for [`load_sources`].
+pub fn inputs<T: Input>(sources: &[T]) -> impl Iterator<Item = &dyn Input> {
+    sources.iter().map(|s| s as &dyn Input)
+}
+
+/// One allowlist source's name and text, held in memory: an installed CSV,
+/// a ConfigMap under review.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Source {
     pub name: String,
     pub text: String,
 }
 
-/// Reads the files [`load_paths`] would load, without parsing them: a reload
-/// compares these before deciding anything changed.
-pub fn read_sources<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<Source>, LoadErrors> {
+impl Input for Source {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn open(&self) -> io::Result<Box<dyn BufRead + '_>> {
+        Ok(Box::new(self.text.as_bytes()))
+    }
+}
+
+/// An allowlist file opened once, read a chunk at a time: its text is never
+/// held whole, and every read of it (to see whether it changed, to parse
+/// it, to keep a copy of it) sees the same file, even if the kubelet swaps
+/// the mounted ConfigMap in between.
+#[derive(Debug, Clone)]
+pub struct OpenFile {
+    name: String,
+    file: Arc<File>,
+    /// Where its text starts in `file`, and how long it is: a file is read
+    /// whole as it was when opened; a part of a file (a copy kept in
+    /// `--state-dir`) is one of several texts in it.
+    offset: u64,
+    len: u64,
+}
+
+impl OpenFile {
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        let name = path.display().to_string();
+        let opened = File::open(path).and_then(|f| Ok((f.metadata()?.len(), f)));
+        match opened {
+            Ok((len, file)) => Ok(Self {
+                name,
+                file: Arc::new(file),
+                offset: 0,
+                len,
+            }),
+            Err(e) => Err(file_error(&name, format!("cannot read: {e}"))),
+        }
+    }
+
+    /// The text of `len` bytes at `offset` in `file`, named `name`.
+    pub fn part(name: String, file: Arc<File>, offset: u64, len: u64) -> Self {
+        Self {
+            name,
+            file,
+            offset,
+            len,
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Feeds its name and text to `hasher`, a chunk at a time.
+    pub fn hash_into(&self, hasher: &mut impl Hasher) -> Result<(), LoadError> {
+        let feed = |hasher: &mut _| -> io::Result<()> {
+            let mut text = self.open()?;
+            loop {
+                let chunk = text.fill_buf()?;
+                if chunk.is_empty() {
+                    return Ok(());
+                }
+                Hasher::write(hasher, chunk);
+                let n = chunk.len();
+                text.consume(n);
+            }
+        };
+        self.name.hash(hasher);
+        self.len.hash(hasher);
+        feed(hasher).map_err(|e| file_error(&self.name, format!("cannot read: {e}")))
+    }
+}
+
+impl Input for OpenFile {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn open(&self) -> io::Result<Box<dyn BufRead + '_>> {
+        let mut file = &*self.file;
+        file.seek(SeekFrom::Start(self.offset))?;
+        Ok(Box::new(BufReader::with_capacity(64 * 1024, file.take(self.len))))
+    }
+}
+
+/// Opens the files [`load_paths`] would load, without reading them.
+pub fn open_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<OpenFile>, LoadErrors> {
     let files = source_files(paths)?;
     let mut errors = Vec::new();
-    let mut sources = Vec::new();
+    let mut opened = Vec::new();
     for file in files {
-        let name = file.display().to_string();
-        match std::fs::read(&file) {
-            Err(e) => errors.push(file_error(&name, format!("cannot read: {e}"))),
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Err(_) => errors.push(file_error(&name, "is not UTF-8 text")),
-                Ok(text) => sources.push(Source { name, text }),
-            },
+        match OpenFile::open(&file) {
+            Ok(f) => opened.push(f),
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {
-        Ok(sources)
+        Ok(opened)
     } else {
         Err(LoadErrors(errors))
     }
@@ -282,11 +386,11 @@ pub fn source_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>, LoadErr
     }
 }
 
-/// Parses and merges sources already read.
-pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a Source>) -> Result<Loaded, LoadErrors> {
+/// Parses and merges sources, in the order given.
+pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a dyn Input>) -> Result<Loaded, LoadErrors> {
     let mut loader = Loader::default();
     for s in sources {
-        loader.source(&s.name, &s.text);
+        loader.source(s);
     }
     if loader.errors.is_empty() {
         Ok(loader.finish())
@@ -297,12 +401,22 @@ pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a Source>) -> Result
 
 /// Loads one source held in memory; `name` is used in messages.
 pub fn load_text(name: &str, text: &str) -> Result<Loaded, LoadErrors> {
-    let mut loader = Loader::default();
-    loader.source(name, text);
-    if loader.errors.is_empty() {
-        Ok(loader.finish())
-    } else {
-        Err(LoadErrors(loader.errors))
+    load_sources([&Text { name, text } as &dyn Input])
+}
+
+/// A text borrowed, as an [`Input`].
+struct Text<'a> {
+    name: &'a str,
+    text: &'a str,
+}
+
+impl Input for Text<'_> {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn open(&self) -> io::Result<Box<dyn BufRead + '_>> {
+        Ok(Box::new(self.text.as_bytes()))
     }
 }
 
@@ -402,33 +516,66 @@ impl Loader {
         }
     }
 
-    fn source(&mut self, file: &str, text: &str) {
+    /// Loads one source. A source that cannot be read to its end (a read
+    /// error, text that is not UTF-8) gets that one error, not whatever the
+    /// parser made of the part it read.
+    fn source(&mut self, input: &dyn Input) {
+        let file = input.name();
         let before = self.errors.len();
-        let (format, entries) = if is_structured(text) {
-            self.structured(file, text)
-        } else {
-            (Format::PlainList, self.plain_list(file, text))
-        };
-        if self.errors.len() == before {
-            self.sources.push(SourceSummary {
-                file: file.to_owned(),
-                format,
-                entries,
-            });
+        match self.read(file, input) {
+            Ok((format, entries)) => {
+                if self.errors.len() == before {
+                    self.sources.push(SourceSummary {
+                        file: file.to_owned(),
+                        format,
+                        entries,
+                    });
+                }
+            }
+            Err(failure) => {
+                self.errors.truncate(before);
+                self.errors.push(file_error(file, failure.to_string()));
+            }
         }
     }
 
-    fn structured(&mut self, file: &str, text: &str) -> (Format, usize) {
-        let shared: Arc<str> = file.into();
-        let mut reader = Reader::new(text);
+    /// Reads `input` twice: its lines, to tell its format, then to load it.
+    fn read(&mut self, file: &str, input: &dyn Input) -> Result<(Format, usize), Failure> {
+        let open = || input.open().map_err(Failure::Read);
+        let mut structured = false;
         // `<<` merges are resolved by the tree reader only (a merged
         // mapping's keys are known only at its end); a file that may hold
         // one is read as trees, which costs memory, never correctness.
-        let stream = !text.contains("<<");
+        let mut merges = false;
+        stream::for_each_line(open()?, |line| {
+            structured = structured || is_structured(line);
+            merges = merges || line.contains("<<");
+        })?;
+        if structured {
+            self.structured(file, open()?, !merges)
+        } else {
+            Ok((Format::PlainList, self.plain_list(file, open()?)?))
+        }
+    }
+
+    fn structured(
+        &mut self,
+        file: &str,
+        text: Box<dyn BufRead + '_>,
+        stream: bool,
+    ) -> Result<(Format, usize), Failure> {
+        let shared: Arc<str> = file.into();
+        let (chars, failure) = Chars::new(text);
+        let mut reader = Reader::from_chars(chars);
         let mut format = None;
         let mut entries = 0;
         for index in 0.. {
-            match self.next_document(file, &shared, &mut reader, index, stream) {
+            let next = self.next_document(file, &shared, &mut reader, index, stream);
+            // The text ended early: what the parser made of it is moot.
+            if let Some(f) = failure.borrow_mut().take() {
+                return Err(f);
+            }
+            match next {
                 Ok(None) => break,
                 Ok(Some(None)) => {}
                 Ok(Some(Some((f, n)))) => {
@@ -446,11 +593,11 @@ impl Loader {
                         entry: None,
                         message: format!("not valid YAML: {}", e.message),
                     });
-                    return (Format::Mixed, 0);
+                    return Ok((Format::Mixed, 0));
                 }
             }
         }
-        (format.unwrap_or(Format::Native), entries)
+        Ok((format.unwrap_or(Format::Native), entries))
     }
 
     /// One document of a stream: a native Allowlist is read event by event
@@ -720,30 +867,32 @@ impl Loader {
         entries
     }
 
-    fn plain_list(&mut self, file: &str, text: &str) -> usize {
+    fn plain_list(&mut self, file: &str, text: Box<dyn BufRead + '_>) -> Result<usize, Failure> {
         let shared: Arc<str> = file.into();
         let provenance = self
             .builder
             .provenance(Provenance::of(shared.clone(), "plain list".to_owned()));
         let mut entries = 0;
-        for (n, line) in text.lines().enumerate() {
+        let mut n = 0;
+        stream::for_each_line(text, |line| {
+            n += 1;
             let content = match line.find('#') {
                 Some(i) if i == 0 || line[..i].ends_with(char::is_whitespace) => &line[..i],
                 _ => line,
             }
             .trim();
             if content.is_empty() {
-                continue;
+                return;
             }
             let error = |message: String| LoadError {
                 file: file.to_owned(),
-                line: Some(n + 1),
+                line: Some(n),
                 entry: Some(content.to_owned()),
                 message,
             };
             let origin = Origin {
                 file: shared.clone(),
-                line: n + 1,
+                line: n,
                 provenance,
             };
             match promotable(content) {
@@ -756,8 +905,8 @@ impl Loader {
                 }
                 Err(message) => self.errors.push(error(message)),
             }
-        }
-        entries
+        })?;
+        Ok(entries)
     }
 
     /// Promotes an image listed by a CSV or ImageSetConfiguration. Those also
@@ -824,19 +973,18 @@ fn promotable(image: &str) -> Result<(String, &str, Option<&str>), String> {
     Ok((repo.into_owned(), digest, r.tag()))
 }
 
-/// Structured sources declare `apiVersion`/`kind` (or are JSON); plain lists
+/// Whether a line says its file is YAML or JSON, not a plain list:
+/// structured sources declare `apiVersion`/`kind` (or are JSON); plain lists
 /// never contain either.
-fn is_structured(text: &str) -> bool {
-    text.lines().any(|line| {
-        let t = line.trim_start();
-        t.starts_with('{')
-            || ["apiVersion", "kind", "\"apiVersion\"", "\"kind\""]
-                .iter()
-                .any(|k| {
-                    t.strip_prefix(k)
-                        .is_some_and(|rest| rest.trim_start().starts_with(':'))
-                })
-    })
+fn is_structured(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with('{')
+        || ["apiVersion", "kind", "\"apiVersion\"", "\"kind\""]
+            .iter()
+            .any(|k| {
+                t.strip_prefix(k)
+                    .is_some_and(|rest| rest.trim_start().starts_with(':'))
+            })
 }
 
 #[cfg(test)]
@@ -989,6 +1137,30 @@ mod tests {
                 .is_promoted(A)
         );
         assert_eq!(loaded.warnings.len(), 1);
+    }
+
+    /// Files are parsed as they are read: text that turns out not to be
+    /// UTF-8 half-way gives that one error, not the parser's view of a
+    /// document cut short, nor the errors of the part before.
+    #[test]
+    fn a_file_that_stops_being_utf8_is_one_error() {
+        let dir = std::env::temp_dir().join(format!("digest-gate-load-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let native = dir.join("native.yaml");
+        let mut bytes = format!(
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  repositories:\n    - name: quay.io/a/b\n      digests: [{A}]\n    - name: quay.io/c/d\n      digests: [\""
+        )
+        .into_bytes();
+        bytes.extend_from_slice(b"\xff\xfe\"]\n");
+        std::fs::write(&native, &bytes).unwrap();
+        let plain = dir.join("plain.txt");
+        std::fs::write(&plain, b"nginx:latest\nquay.io/x/y@\xc3(\n").unwrap();
+        for (path, name) in [(&native, "native.yaml"), (&plain, "plain.txt")] {
+            let errors = load_paths(&[path]).expect_err("not UTF-8").0;
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(errors[0].file.ends_with(name));
+            assert_eq!(errors[0].message, "is not UTF-8 text");
+        }
     }
 
     #[test]

@@ -24,8 +24,8 @@ use hashbrown::HashTable;
 pub use emit::to_native_yaml;
 pub use exempt::{Exemption, Pattern, PatternError};
 pub use load::{
-    Format, Lint, LoadError, LoadErrors, Loaded, Source, SourceSummary, lint, load_paths, load_sources,
-    load_text, read_sources, source_files,
+    Format, Input, Lint, LoadError, LoadErrors, Loaded, OpenFile, Source, SourceSummary, inputs, lint,
+    load_paths, load_sources, load_text, open_files, source_files,
 };
 
 /// Where an entry came from, for conflict messages and provenance.

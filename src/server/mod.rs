@@ -401,7 +401,7 @@ fn fall_back(last_good: &reload::LastGood, error: &str, policy: &Policy, waiting
             return None;
         }
     };
-    let loaded = crate::allowlist::load_sources(&files)
+    let loaded = crate::allowlist::load_sources(crate::allowlist::inputs(&files))
         .map_err(|e| e.to_string())
         .and_then(|l| reload::usable_unless_waiting(l, policy, waiting));
     match loaded {

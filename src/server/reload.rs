@@ -24,7 +24,7 @@ use rustls::crypto::CryptoProvider;
 use super::http::State;
 use super::installed::Installed;
 use super::tls::{self, CertStore};
-use crate::allowlist::{self, Loaded, Source};
+use crate::allowlist::{self, Input, Loaded, OpenFile, Source};
 use crate::policy::{Policy, Unlisted};
 
 /// Polls between content checks that no stat change triggered.
@@ -107,18 +107,19 @@ pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), String> {
     Ok(())
 }
 
-/// The allowlist files as read, before anything is parsed.
+/// The allowlist files, opened and compared with what was seen before
+/// anything is parsed.
 pub struct Files {
     /// The fingerprint of what was read: the files, and whether (and which)
     /// installed CSVs were merged.
     pub seen: u64,
-    files: Result<Vec<Source>, String>,
+    files: Result<Vec<OpenFile>, String>,
 }
 
 /// What one read of the allowlist found.
 pub struct Read {
     /// The files as read: what `--state-dir` keeps when they load.
-    pub files: Vec<Source>,
+    pub files: Vec<OpenFile>,
     pub loaded: Result<Loaded, String>,
 }
 
@@ -131,13 +132,21 @@ pub fn usable_unless_waiting(loaded: Loaded, policy: &Policy, waiting: bool) -> 
     Ok(loaded)
 }
 
-/// Reads the allowlist files, without parsing them: a reload compares
-/// [`Files::seen`] first, so an unchanged allowlist is never built a second
-/// time beside the one in force.
+/// Opens the allowlist files and fingerprints their text, a chunk at a
+/// time, without parsing it: a reload compares [`Files::seen`] first, so an
+/// unchanged allowlist is never built a second time beside the one in force.
 pub fn read_allowlist(paths: &[PathBuf], installed: Option<&[Source]>) -> Files {
-    match allowlist::read_sources(paths) {
-        Ok(files) => Files {
-            seen: fingerprint(&(&files, installed)),
+    let fingerprinted = allowlist::open_files(paths).and_then(|files| {
+        let mut h = DefaultHasher::new();
+        for f in &files {
+            f.hash_into(&mut h).map_err(|e| allowlist::LoadErrors(vec![e]))?;
+        }
+        installed.hash(&mut h);
+        Ok((h.finish(), files))
+    });
+    match fingerprinted {
+        Ok((seen, files)) => Files {
+            seen,
             files: Ok(files),
         },
         Err(e) => {
@@ -170,13 +179,14 @@ impl Files {
     }
 }
 
-/// Loads allowlist files and then the installed CSVs, as one allowlist: what
-/// a reload puts in force, and what `/validate-allowlist` checks an edit by.
-/// The sources are read where they are, not gathered into one list: a copy
-/// of a 50,000-repository file's text is 11 MiB more while the new
-/// allowlist is built beside the old one.
-pub fn merge(files: &[Source], installed: Option<&[Source]>) -> Result<Loaded, String> {
-    allowlist::load_sources(files.iter().chain(installed.unwrap_or_default())).map_err(|e| e.to_string())
+/// Loads allowlist sources and then the installed CSVs, as one allowlist:
+/// what a reload puts in force (from the files, read as they are parsed),
+/// and what `/validate-allowlist` checks an edit by (from the ConfigMap).
+pub fn merge<T: Input>(sources: &[T], installed: Option<&[Source]>) -> Result<Loaded, String> {
+    allowlist::load_sources(
+        allowlist::inputs(sources).chain(allowlist::inputs(installed.unwrap_or_default())),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// `--state-dir`: the last allowlist files that loaded. The running server
@@ -184,20 +194,43 @@ pub fn merge(files: &[Source], installed: Option<&[Source]>) -> Result<Loaded, S
 /// no longer loads (a bad edit, then a node drain) serves them instead of
 /// exiting: with two replicas restarting, exiting would block every model
 /// namespace until someone noticed.
+///
+/// One file: a line of JSON naming each file and its length in bytes, then
+/// the files' text, end to end. It is written and read a chunk at a time,
+/// so keeping a copy never holds the allowlist's text.
 pub struct LastGood {
     path: PathBuf,
 }
 
+/// The first line of the kept copy.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    /// Which layout follows; another is refused, not guessed at.
+    format: u32,
+    files: Vec<KeptFile>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptFile {
+    name: String,
+    bytes: u64,
+}
+
+const KEPT_FORMAT: u32 = 1;
+
+/// The longest first line read: far more than any list of file names.
+const KEPT_HEADER_MAX: u64 = 1024 * 1024;
+
 impl LastGood {
     pub fn in_dir(dir: &Path) -> Self {
         Self {
-            path: dir.join("last-good-allowlist.json"),
+            path: dir.join("last-good-allowlist"),
         }
     }
 
     /// [`Self::save`], a failure logged: the allowlist is in force either
     /// way, only a restart could not fall back on it.
-    pub fn keep(&self, files: &[Source]) {
+    pub fn keep(&self, files: &[OpenFile]) {
         if let Err(error) = self.save(files) {
             tracing::warn!(%error, "the allowlist loaded but could not be kept for a restart");
         }
@@ -205,14 +238,32 @@ impl LastGood {
 
     /// Keeps `files`, replacing the previous copy whole (written beside it,
     /// then renamed), so a crash mid-write leaves the old copy.
-    /// The JSON is written as it is serialised, not built in memory first:
-    /// that would be another copy of the allowlist's text.
-    pub fn save(&self, files: &[Source]) -> Result<(), String> {
+    pub fn save(&self, files: &[OpenFile]) -> Result<(), String> {
         use std::io::Write;
-        let partial = self.path.with_extension("json.partial");
+        let partial = self.path.with_extension("partial");
         let write = || -> std::io::Result<()> {
             let mut out = std::io::BufWriter::new(std::fs::File::create(&partial)?);
-            serde_json::to_writer(&mut out, files)?;
+            let kept = Kept {
+                format: KEPT_FORMAT,
+                files: files
+                    .iter()
+                    .map(|f| KeptFile {
+                        name: f.name().to_owned(),
+                        bytes: f.len(),
+                    })
+                    .collect(),
+            };
+            serde_json::to_writer(&mut out, &kept)?;
+            out.write_all(b"\n")?;
+            for f in files {
+                let copied = std::io::copy(&mut f.open()?, &mut out)?;
+                if copied != f.len() {
+                    return Err(std::io::Error::other(format!(
+                        "{} was cut short while it was copied",
+                        f.name()
+                    )));
+                }
+            }
             out.flush()?;
             std::fs::rename(&partial, &self.path)
         };
@@ -225,16 +276,41 @@ impl LastGood {
     }
 
     /// The copy kept, and when it was written; `None` when there is none.
-    pub fn load(&self) -> Result<Option<(Vec<Source>, String)>, String> {
-        let text = match std::fs::read(&self.path) {
-            Ok(t) => t,
+    pub fn load(&self) -> Result<Option<(Vec<OpenFile>, String)>, String> {
+        use std::io::BufRead;
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", self.path.display());
+        let file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("cannot read {}: {e}", self.path.display())),
         };
-        let files: Vec<Source> =
-            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let saved = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
+        let meta = file.metadata().map_err(|e| at(&e))?;
+        let mut header = Vec::new();
+        std::io::BufReader::new(std::io::Read::take(&file, KEPT_HEADER_MAX))
+            .read_until(b'\n', &mut header)
+            .map_err(|e| at(&e))?;
+        let kept: Kept = serde_json::from_slice(&header).map_err(|e| at(&e))?;
+        if kept.format != KEPT_FORMAT {
+            return Err(at(&format!(
+                "written in layout {}, which this version does not read",
+                kept.format
+            )));
+        }
+        let file = Arc::new(file);
+        let mut offset = header.len() as u64;
+        let mut files = Vec::new();
+        for f in kept.files {
+            files.push(OpenFile::part(f.name, file.clone(), offset, f.bytes));
+            offset = offset.saturating_add(f.bytes);
+        }
+        if offset != meta.len() {
+            return Err(at(&format!(
+                "holds {} bytes where its first line names {offset}: it is damaged",
+                meta.len()
+            )));
+        }
+        let saved = meta
+            .modified()
             .map(|t| humantime::format_rfc3339_seconds(t).to_string())
             .unwrap_or_else(|_| "an unknown time".into());
         Ok(Some((files, saved)))
@@ -405,7 +481,7 @@ impl Reloader {
             }
         }
         // Whichever was dropped (the allowlist replaced, or one that failed
-        // half-built), and the files' text.
+        // half-built), and the files' read buffers.
         drop(read.files);
         return_freed_memory();
     }
@@ -632,5 +708,107 @@ mod tests {
         );
         assert!(!metrics.contains("result=\"success\"} 1"), "{metrics}");
         assert_eq!(state.ready.check(), Ok(()));
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("digest-gate-reload-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// What the kept copy holds is the text that was opened and loaded,
+    /// even when the mount is swapped before it is written; it reads back
+    /// as the same allowlist.
+    #[test]
+    fn the_kept_copy_is_the_text_that_loaded_and_reads_back_as_it() {
+        let dir = scratch("keep");
+        let (plain, native) = (dir.join("a.txt"), dir.join("b.yaml"));
+        std::fs::write(
+            &plain,
+            format!("# ünïcode comment\n{REPOSITORY}:1.21@{DIGEST_1_21_0}\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            &native,
+            format!("apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nspec:\n  repositories:\n    - name: quay.io/org/x\n      digests: [{DIGEST_1_20_1}]\n"),
+        )
+        .unwrap();
+        let read = read_allowlist(std::slice::from_ref(&dir), None);
+        let seen = read.seen;
+        let read = read.load(None);
+        let loaded = read.loaded.unwrap();
+        // The kubelet swaps in a new version before the copy is written.
+        let swapped = dir.join("a.txt.new");
+        std::fs::write(
+            &swapped,
+            "quay.io/org/other@sha256:00000000000000000000000000000000000000000000000000000000000000aa\n",
+        )
+        .unwrap();
+        std::fs::rename(&swapped, &plain).unwrap();
+        let state = scratch("keep-state");
+        let last_good = LastGood::in_dir(&state);
+        last_good.save(&read.files).unwrap();
+
+        let (kept, _) = last_good.load().unwrap().expect("kept");
+        let names: Vec<&str> = kept.iter().map(Input::name).collect();
+        assert_eq!(names, [plain.display().to_string(), native.display().to_string()]);
+        let again = merge(&kept, None).unwrap();
+        assert!(again.allowlist.candidates(REPOSITORY).is_promoted(DIGEST_1_21_0));
+        assert!(again.allowlist.repository("quay.io/org/other").is_none());
+        assert_eq!(
+            (again.allowlist.repository_count(), again.allowlist.digest_count()),
+            (
+                loaded.allowlist.repository_count(),
+                loaded.allowlist.digest_count()
+            )
+        );
+        // Its lines are the files' own.
+        assert_eq!(
+            again.allowlist.candidates(REPOSITORY).promoted()[0]
+                .promotions()
+                .next()
+                .unwrap()
+                .line,
+            2
+        );
+        // Kept again, it is the same text: nothing changed.
+        let mut h = DefaultHasher::new();
+        for f in &kept {
+            f.hash_into(&mut h).unwrap();
+        }
+        None::<&[Source]>.hash(&mut h);
+        assert_eq!(h.finish(), seen);
+    }
+
+    /// A copy cut short (a full disk), or written by a later layout, is
+    /// refused whole, never half read; no copy is no copy.
+    #[test]
+    fn a_damaged_kept_copy_is_refused() {
+        let dir = scratch("damaged");
+        let list = dir.join("a.txt");
+        std::fs::write(&list, format!("{REPOSITORY}@{DIGEST_1_21_0}\n")).unwrap();
+        let last_good = LastGood::in_dir(&dir.join("state"));
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        assert!(last_good.load().unwrap().is_none());
+        last_good.save(&allowlist::open_files(&[&list]).unwrap()).unwrap();
+        let path = dir.join("state/last-good-allowlist");
+        let whole = std::fs::read(&path).unwrap();
+
+        std::fs::write(&path, &whole[..whole.len() - 5]).unwrap();
+        let error = last_good.load().expect_err("cut short");
+        assert!(error.contains("it is damaged"), "{error}");
+
+        let later = String::from_utf8(whole.clone())
+            .unwrap()
+            .replacen("\"format\":1", "\"format\":2", 1);
+        std::fs::write(&path, later).unwrap();
+        let error = last_good.load().expect_err("a later layout");
+        assert!(error.contains("layout 2"), "{error}");
+
+        std::fs::write(&path, b"not json\n").unwrap();
+        assert!(last_good.load().is_err());
+        std::fs::write(&path, &whole).unwrap();
+        assert_eq!(last_good.load().unwrap().unwrap().0.len(), 1);
     }
 }

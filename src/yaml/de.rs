@@ -24,7 +24,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 
 use json_patch::jsonptr::Token;
-use saphyr_parser::{Event, Marker, Parser, ScalarStyle, Span, StrInput};
+use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_json::Value;
 
@@ -195,7 +195,9 @@ pub struct Head {
 
 /// An event source that deserializes documents as serde values.
 pub struct Reader<'a> {
-    parser: Option<Parser<'a, StrInput<'a>>>,
+    /// saphyr's parser over a string or over characters read as they are
+    /// needed; boxed so the loader has one reader type for both.
+    parser: Option<Events<'a>>,
     /// Events read ahead (a document's head) or made up (`from_value`).
     queue: VecDeque<Item<'a>>,
     /// One event given back after a look at it; already recorded.
@@ -210,6 +212,8 @@ pub struct Reader<'a> {
     /// Line of the last event taken from the source, for an unexpected end.
     line: usize,
 }
+
+type Events<'a> = Box<dyn Iterator<Item = Result<Item<'a>, ScanError>> + 'a>;
 
 struct Recording<'a> {
     anchor: usize,
@@ -262,10 +266,16 @@ fn is_null(text: &str, style: ScalarStyle, tag: Option<&saphyr_parser::Tag>) -> 
 impl<'a> Reader<'a> {
     /// Reads `text`, a YAML (or JSON) stream.
     pub fn new(text: &'a str) -> Self {
-        Self::with(Some(Parser::new_from_str(text)), VecDeque::new())
+        Self::with(Some(Box::new(Parser::new_from_str(text))), VecDeque::new())
     }
 
-    fn with(parser: Option<Parser<'a, StrInput<'a>>>, queue: VecDeque<Item<'a>>) -> Self {
+    /// Reads a YAML (or JSON) stream given a character at a time (see
+    /// [`super::stream::Chars`]): the text is never held whole.
+    pub fn from_chars(chars: impl Iterator<Item = char> + 'a) -> Self {
+        Self::with(Some(Box::new(Parser::new_from_iter(chars))), VecDeque::new())
+    }
+
+    fn with(parser: Option<Events<'a>>, queue: VecDeque<Item<'a>>) -> Self {
         Self {
             parser,
             queue,

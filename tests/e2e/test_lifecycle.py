@@ -274,7 +274,7 @@ def test_upgrade_from_0_4_0_adds_the_allowlist_check_and_the_last_good_copy(clus
     cluster.apply(incident_runtime(models))
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
     # The upgraded pod keeps what it loaded for a restart.
-    assert (release.pod.state / "volumes" / "state" / "last-good-allowlist.json").exists()
+    assert (release.pod.state / "volumes" / "state" / "last-good-allowlist").exists()
 
 
 def test_upgrade_from_0_5_0_adds_the_connection_flags_the_node_spread_and_break_glass(cluster, release, models,
