@@ -372,6 +372,7 @@ class WebhookPod:
         self.admin_port = free_port()
         self.process: Process | None = None
         self.args: list[str] = []
+        self.env: dict[str, str] = {}
         # The mounted volumes by name, as the Deployment declares them.
         self.volumes: dict[str, dict] = {}
 
@@ -468,7 +469,20 @@ class WebhookPod:
                 raise AssertionError(f"env source not emulated: {var}")
         if pod.get("automountServiceAccountToken"):
             env["KUBECONFIG"] = str(self._service_account_kubeconfig(pod["serviceAccountName"]))
-        self.process = Process("digest-gate", [str(binary()), *args], self.log_path, env=env)
+        self.env = env
+        return self._run(timeout, ready)
+
+    def restart_container(self, timeout: float = WAIT_TIMEOUT, *, ready: bool = True) -> "WebhookPod":
+        """The kubelet restarting the container in the same pod (a crash, an
+        OOM kill, a liveness failure): the same arguments, the mounted
+        ConfigMaps and Secrets as they are now, and the emptyDirs as the
+        last run left them."""
+        self.stop()
+        self.sync_volumes()
+        return self._run(timeout, ready)
+
+    def _run(self, timeout: float, ready: bool) -> "WebhookPod":
+        self.process = Process("digest-gate", [str(binary()), *self.args], self.log_path, env=self.env)
 
         def is_ready():
             self.process.check_alive()

@@ -25,6 +25,7 @@ INCIDENT_IMAGE = ("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sh
 PROMOTED_IMAGE = ("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:"
                   "8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6")
 PROMOTED_TAG = "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8:v1.21.0-15"
+PROMOTED_DIGEST = PROMOTED_IMAGE.split("@")[1]
 
 
 def load_yaml(path: pathlib.Path) -> list[dict]:
@@ -39,6 +40,16 @@ def incident_runtime(namespace: str) -> dict:
     sr["metadata"]["namespace"] = namespace
     assert sr["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
     return sr
+
+
+def edited(configmap: dict, text: str) -> dict:
+    """The chart's allowlist ConfigMap with `source.yaml` replaced, as a
+    person would `kubectl apply` it."""
+    out = copy.deepcopy(configmap)
+    out["metadata"] = {k: v for k, v in out["metadata"].items()
+                       if k in ("name", "namespace", "labels", "annotations")}
+    out["data"]["source.yaml"] = text
+    return out
 
 
 def warnings(stderr: str) -> list[str]:

@@ -4,21 +4,7 @@ release namespace is never blocked by a down webhook."""
 
 from __future__ import annotations
 
-import copy
-
-from harness import FULLNAME, PROMOTED_IMAGE, RELEASE_NAMESPACE
-
-PROMOTED_DIGEST = PROMOTED_IMAGE.split("@")[1]
-
-
-def edited(configmap: dict, text: str) -> dict:
-    """The chart's allowlist ConfigMap with `source.yaml` replaced, as a
-    person would `kubectl apply` it."""
-    out = copy.deepcopy(configmap)
-    out["metadata"] = {k: v for k, v in out["metadata"].items()
-                       if k in ("name", "namespace", "labels", "annotations")}
-    out["data"]["source.yaml"] = text
-    return out
+from harness import FULLNAME, PROMOTED_DIGEST, RELEASE_NAMESPACE, edited
 
 
 def test_a_broken_allowlist_edit_is_refused_with_the_loaders_message(cluster, release):

@@ -16,8 +16,8 @@ import yaml
 
 from cluster import wait_until
 
-from harness import (CHART, FULLNAME, INCIDENT_IMAGE, PROMOTED_IMAGE, RELEASE, RELEASE_NAMESPACE, incident_runtime,
-                     previous_chart)
+from harness import (CHART, FULLNAME, INCIDENT_IMAGE, PROMOTED_DIGEST, PROMOTED_IMAGE, RELEASE, RELEASE_NAMESPACE,
+                     edited, incident_runtime, previous_chart)
 
 
 def manifest_objects(rel: dict) -> list[dict]:
@@ -309,6 +309,32 @@ def test_upgrade_from_0_6_0_changes_only_versions_and_adds_the_dashboard_on_requ
                          capture_output=True, check=True).stdout.decode().strip().split("=", 1)[1]
     expiry = calendar.timegm(time.strptime(end, "%Y-%m-%d %H:%M:%SZ"))
     assert release.pod.metric("digest_gate_certificate_expiry_timestamp_seconds") == expiry
+
+
+def test_upgrade_from_0_7_0_changes_only_versions_and_a_restart_on_a_broken_edit_serves_the_kept_copy(
+        cluster, release, models, tmp_path):
+    before, after = upgraded_from("0.7.0", release, tmp_path)
+    assert unversioned(after) == unversioned(before)
+    # 0.7.1 keeps the last good allowlist in a layout of its own: a line
+    # naming the files, then their text (written and read a chunk at a time).
+    kept = release.pod.state / "volumes" / "state" / "last-good-allowlist"
+    head, _, text = kept.read_bytes().partition(b"\n")
+    files = json.loads(head)["files"]
+    configmap = cluster.get("configmap", f"{FULLNAME}-allowlist", RELEASE_NAMESPACE)
+    keys = sorted(configmap["data"])
+    assert json.loads(head)["format"] == 1 and [f["name"].rsplit("/", 1)[1] for f in files] == keys
+    assert text.decode() == "".join(configmap["data"][k] for k in keys)
+
+    # A broken edit gets in while the webhook is down (its allowlist entry
+    # fails open), and the container restarts on it, as after an OOM kill.
+    release.pod.stop()
+    cluster.apply(edited(configmap, configmap["data"]["source.yaml"].replace(PROMOTED_DIGEST, "sha256:abc")))
+    release.pod.restart_container()
+    # It serves the copy it kept: ready, stale, and still rewriting.
+    assert release.pod.metric("digest_gate_allowlist_stale") == 1
+    assert "serving the last good copy" in release.pod.log_path.read_text()
+    cluster.apply(incident_runtime(models))
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
 
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
