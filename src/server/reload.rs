@@ -191,7 +191,7 @@ pub fn merge<T: Input>(sources: &[T], installed: Option<&[Source]>) -> Result<Lo
 
 /// `--state-dir`: the last allowlist files that loaded. The running server
 /// keeps them, so that a container restarted with a mounted allowlist that
-/// no longer loads (a bad edit, then a node drain) serves them instead of
+/// no longer loads (a bad edit, then an OOM kill) serves them instead of
 /// exiting: with two replicas restarting, exiting would block every model
 /// namespace until someone noticed.
 ///
