@@ -311,12 +311,8 @@ impl OpenFile {
     }
 
     /// Its length in bytes.
-    pub fn len(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Feeds its name and text to `hasher`, a chunk at a time.
@@ -401,23 +397,11 @@ pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a dyn Input>) -> Res
 
 /// Loads one source held in memory; `name` is used in messages.
 pub fn load_text(name: &str, text: &str) -> Result<Loaded, LoadErrors> {
-    load_sources([&Text { name, text } as &dyn Input])
-}
-
-/// A text borrowed, as an [`Input`].
-struct Text<'a> {
-    name: &'a str,
-    text: &'a str,
-}
-
-impl Input for Text<'_> {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn open(&self) -> io::Result<Box<dyn BufRead + '_>> {
-        Ok(Box::new(self.text.as_bytes()))
-    }
+    let source = Source {
+        name: name.to_owned(),
+        text: text.to_owned(),
+    };
+    load_sources([&source as &dyn Input])
 }
 
 fn file_error(file: &str, message: impl Into<String>) -> LoadError {

@@ -249,7 +249,7 @@ impl LastGood {
                     .iter()
                     .map(|f| KeptFile {
                         name: f.name().to_owned(),
-                        bytes: f.len(),
+                        bytes: f.bytes(),
                     })
                     .collect(),
             };
@@ -257,7 +257,7 @@ impl LastGood {
             out.write_all(b"\n")?;
             for f in files {
                 let copied = std::io::copy(&mut f.open()?, &mut out)?;
-                if copied != f.len() {
+                if copied != f.bytes() {
                     return Err(std::io::Error::other(format!(
                         "{} was cut short while it was copied",
                         f.name()

@@ -195,8 +195,8 @@ pub struct Head {
 
 /// An event source that deserializes documents as serde values.
 pub struct Reader<'a> {
-    /// saphyr's parser over a string or over characters read as they are
-    /// needed; boxed so the loader has one reader type for both.
+    /// saphyr's parser over characters read as they are needed; boxed so
+    /// the reader's type does not name where they come from.
     parser: Option<Events<'a>>,
     /// Events read ahead (a document's head) or made up (`from_value`).
     queue: VecDeque<Item<'a>>,
@@ -264,11 +264,6 @@ fn is_null(text: &str, style: ScalarStyle, tag: Option<&saphyr_parser::Tag>) -> 
 // === impl Reader ===
 
 impl<'a> Reader<'a> {
-    /// Reads `text`, a YAML (or JSON) stream.
-    pub fn new(text: &'a str) -> Self {
-        Self::with(Some(Box::new(Parser::new_from_str(text))), VecDeque::new())
-    }
-
     /// Reads a YAML (or JSON) stream given a character at a time (see
     /// [`super::stream::Chars`]): the text is never held whole.
     pub fn from_chars(chars: impl Iterator<Item = char> + 'a) -> Self {
@@ -707,7 +702,7 @@ mod tests {
     }
 
     fn read<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, (String, Error)> {
-        let mut reader = Reader::new(text);
+        let mut reader = Reader::from_chars(text.chars());
         reader.next_document().unwrap().expect("a document");
         let mut track = serde_path_to_error::Track::new();
         let de = serde_path_to_error::Deserializer::new(&mut reader, &mut track);
@@ -799,7 +794,7 @@ mod tests {
     #[test]
     fn heads_are_read_ahead_and_given_back() {
         let text = "metadata: {name: x}\nkind: Allowlist\nspec: {a: 1}\napiVersion: v9\n";
-        let mut reader = Reader::new(text);
+        let mut reader = Reader::from_chars(text.chars());
         reader.next_document().unwrap();
         let head = reader.head().unwrap();
         assert_eq!(head.kind, Some(("Allowlist".into(), 2)));
