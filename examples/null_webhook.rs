@@ -18,11 +18,11 @@ use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use digest_gate::allowlist::Allowlist;
-use digest_gate::policy::Policy;
-use digest_gate::server::{self, Config, State, tls};
+use digest_gate::metrics::Metrics;
+use digest_gate::server::{self, Config, tls};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Deserialize)]
 struct ReviewIn {
@@ -110,9 +110,9 @@ async fn main() {
         tls::load_key_pair(&cert, &key, &provider).expect("key pair"),
     ));
     let tls_config = tls::server_config(store, None, provider).expect("TLS config");
-    let mut config = Config::new(cert, key, Vec::new(), Policy::default());
-    config.listen = listen;
-    let state = Arc::new(State::new(Allowlist::default(), Policy::default()));
+    // The very listener `serve` runs, with serve's defaults.
+    let settings = server::listen::Settings::of(&Config::default());
+    let metrics = Metrics::new();
     let router = if args.iter().any(|a| a == "--uid-only") {
         Router::new()
             .route("/mutate", post(allow_uid_only))
@@ -124,14 +124,13 @@ async fn main() {
     };
     let listener = tokio::net::TcpListener::bind(listen).await.expect("bind");
     eprintln!("null webhook on {listen}");
-    let (_drain, drain_rx) = tokio::sync::watch::channel(false);
     server::serve_tls(
         listener,
         tokio_rustls::TlsAcceptor::from(Arc::new(tls_config)),
         router,
-        state,
-        &config,
-        drain_rx,
+        metrics.connections.clone(),
+        &settings,
+        CancellationToken::new(),
     )
     .await;
 }

@@ -186,29 +186,35 @@ pub struct CheckArgs {
     pub in_place: bool,
 }
 
-/// How `audit` and `cleanup` reach the cluster.
+/// How `audit` and `cleanup` reach the cluster: the cluster flags
+/// `serve` shares, their own `--context`, and the name the timeout had
+/// before 0.7.2.
 #[derive(Debug, Args)]
 pub struct ConnectionArgs {
-    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's
-    /// service account inside a pod).
-    #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: audit::ClusterArgs,
     /// Kubeconfig context (default: the current context).
     #[arg(long, env = "DIGEST_GATE_CONTEXT")]
     pub context: Option<String>,
-    /// Gives up on a request (connecting, or a page of a list) after this
-    /// long, e.g. 30s.
-    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub request_timeout: std::time::Duration,
+    /// Deprecated: --cluster-timeout. `serve --request-timeout` is the
+    /// webhook's own, so the cluster's has a name of its own.
+    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", hide = true, value_name = "DURATION",
+          value_parser = crate::flags::parse_duration)]
+    pub request_timeout: Option<std::time::Duration>,
 }
 
 impl ConnectionArgs {
+    /// The connection settings; the old timeout flag is used when the new
+    /// one is not given, with a warning.
     fn settings(&self) -> audit::Settings {
-        audit::Settings {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-            timeout: Some(self.request_timeout),
+        let mut cluster = self.cluster.clone();
+        if let Some(old) = self.request_timeout {
+            eprintln!(
+                "warning: --request-timeout (DIGEST_GATE_REQUEST_TIMEOUT) is deprecated for audit and cleanup; use --cluster-timeout (DIGEST_GATE_CLUSTER_TIMEOUT)"
+            );
+            cluster.cluster_timeout.get_or_insert(old);
         }
+        cluster.settings(self.context.clone())
     }
 }
 
@@ -451,12 +457,13 @@ fn run_serve(args: ServeArgs) -> u8 {
     if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() {
         missing_allowlist();
     }
-    let mut config = args.server;
-    config.cert = cert;
-    config.key = key;
-    config.allowlists = allowlists;
-    config.policy = args.policy.policy();
-    server::run(config)
+    let inputs = server::Inputs {
+        cert,
+        key,
+        allowlists,
+        policy: args.policy.policy(),
+    };
+    server::run(args.server, inputs)
 }
 
 fn run_check(args: &CheckArgs) -> u8 {
@@ -517,20 +524,10 @@ fn run_audit(args: &AuditArgs) -> u8 {
     if args.policy.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
         missing_allowlist();
     }
-    let mut kinds = Vec::new();
-    for name in &args.kinds {
-        match audit::kind_named(name) {
-            Some(k) => kinds.push(k),
-            None => {
-                let known: Vec<&str> = crate::objects::KINDS.iter().map(|k| k.name).collect();
-                eprintln!(
-                    "error: --kinds: digest-gate does not read '{name}'; it reads {}",
-                    known.join(", ")
-                );
-                return 2;
-            }
-        }
-    }
+    let kinds = match kinds(&args.kinds) {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
     let files = match allowlist::open_files(&args.policy.allowlists) {
         Ok(s) => s,
         Err(errors) => {
@@ -552,24 +549,8 @@ fn run_audit(args: &AuditArgs) -> u8 {
         }
         let loaded = allowlist::load_sources(allowlist::inputs(&files).chain(allowlist::inputs(&installed)))
             .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
-        let scope = if args.all_namespaces || args.namespace_selector.is_some() {
-            audit::Scope::All {
-                namespace_selector: args.namespace_selector.clone(),
-            }
-        } else if args.namespaces.is_empty() {
-            audit::Scope::Namespaces(vec![connection.namespace.clone()])
-        } else {
-            // `-n a -n a` reads a once.
-            let mut given: Vec<String> = Vec::new();
-            for ns in &args.namespaces {
-                if !given.contains(ns) {
-                    given.push(ns.clone());
-                }
-            }
-            audit::Scope::Namespaces(given)
-        };
         let target = audit::Target {
-            scope,
+            scope: scope(args, &connection),
             label_selector: args.selector.clone(),
             kinds: (!kinds.is_empty()).then_some(kinds),
             break_glass_label: Some(args.break_glass_label.clone()),
@@ -607,6 +588,44 @@ fn run_audit(args: &AuditArgs) -> u8 {
         Output::Sarif => crate::sarif::sarif(&found.report),
     });
     report::exit_code(&found.report)
+}
+
+/// The kinds `--kinds` names, or exit code 2 with what it may name.
+fn kinds(names: &[String]) -> Result<Vec<&'static crate::objects::Kind>, u8> {
+    names
+        .iter()
+        .map(|name| {
+            audit::kind_named(name).ok_or_else(|| {
+                let known: Vec<&str> = crate::objects::KINDS.iter().map(|k| k.name).collect();
+                eprintln!(
+                    "error: --kinds: digest-gate does not read '{name}'; it reads {}",
+                    known.join(", ")
+                );
+                2
+            })
+        })
+        .collect()
+}
+
+/// The namespaces `audit`'s flags name: all (`-A`, or a selector), those
+/// given, or the context's.
+fn scope(args: &AuditArgs, connection: &audit::Connection) -> audit::Scope {
+    if args.all_namespaces || args.namespace_selector.is_some() {
+        audit::Scope::All {
+            namespace_selector: args.namespace_selector.clone(),
+        }
+    } else if args.namespaces.is_empty() {
+        audit::Scope::Namespaces(vec![connection.namespace.clone()])
+    } else {
+        // `-n a -n a` reads a once.
+        let mut given: Vec<String> = Vec::new();
+        for ns in &args.namespaces {
+            if !given.contains(ns) {
+                given.push(ns.clone());
+            }
+        }
+        audit::Scope::Namespaces(given)
+    }
 }
 
 /// The single-threaded runtime the cluster commands run their client on.

@@ -21,6 +21,7 @@ pub mod allowlist;
 pub mod audit;
 pub mod check;
 pub mod cli;
+pub mod flags;
 pub mod judge;
 pub mod metrics;
 pub mod objects;

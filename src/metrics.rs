@@ -75,28 +75,26 @@ fn add<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metri
     metric
 }
 
-/// Every metric the server exports.
+/// Now, as Unix seconds, for the `*_timestamp_seconds` gauges.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Every metric the server exports, by concern. Each concern is a set of
+/// shared handles: a background task takes a clone of the one it updates,
+/// never the whole server.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    duration: Family<EndpointLabels, Histogram>,
-    images: Family<ImageLabels, Counter>,
-    bad_requests: Family<ReasonLabels, Counter>,
-    reloads: Family<ReloadLabels, Counter>,
-    last_reload: Family<SourceLabels, Gauge<f64, AtomicU64>>,
-    allowlist_repositories: Gauge,
-    allowlist_digests: Gauge,
-    allowlist_stale: Gauge,
-    tls_handshake_failures: Counter,
-    certificate_expiry: Gauge,
-    open_connections: Gauge,
-    evicted_connections: Family<ReasonLabels, Counter>,
-    audit_findings: Family<AuditLabels, Gauge>,
-    audit_last_success: Gauge<f64, AtomicU64>,
-    audit_duration: Histogram,
-    audit_errors: Counter,
-    audit_leader: Gauge,
-    break_glass_namespaces: Gauge,
+    pub admission: AdmissionMetrics,
+    pub reloads: ReloadMetrics,
+    pub connections: ConnectionMetrics,
+    pub audit: AuditMetrics,
 }
 
 impl Default for Metrics {
@@ -110,18 +108,79 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric under the `digest_gate` prefix.
     pub fn new() -> Self {
-        let mut r = Registry::with_prefix("digest_gate");
-        // Fields are initialised in the order written: every metric is
-        // registered before the registry moves into the struct.
+        let mut registry = Registry::with_prefix("digest_gate");
+        let admission = AdmissionMetrics::register(&mut registry);
+        let reloads = ReloadMetrics::register(&mut registry);
+        let connections = ConnectionMetrics::register(&mut registry);
+        let audit = AuditMetrics::register(&mut registry);
+        Self {
+            registry,
+            admission,
+            reloads,
+            connections,
+            audit,
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+// === admission ===
+
+/// Reviews answered and refused, and the images in them.
+#[derive(Clone)]
+pub struct AdmissionMetrics {
+    requests: Family<RequestLabels, Counter>,
+    duration: Family<EndpointLabels, Histogram>,
+    images: Family<ImageLabels, Counter>,
+    bad_requests: Family<ReasonLabels, Counter>,
+}
+
+/// Times one review from its start; records into the latency histogram
+/// when dropped, unless [`Timer::discard`]ed (a request refused before
+/// review is counted apart, not timed).
+pub struct Timer {
+    histogram: Option<Histogram>,
+    started: std::time::Instant,
+}
+
+impl Timer {
+    /// The time so far.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// Records nothing.
+    pub fn discard(mut self) {
+        self.histogram = None;
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if let Some(h) = &self.histogram {
+            h.observe(self.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl AdmissionMetrics {
+    fn register(r: &mut Registry) -> Self {
         Self {
             requests: add(
-                &mut r,
+                r,
                 "admission_requests",
                 "Admission reviews answered, by endpoint, kind, operation and verdict",
                 Family::<RequestLabels, Counter>::default(),
             ),
             duration: add(
-                &mut r,
+                r,
                 "admission_duration_seconds",
                 "Time from a review's body being read to its answer being encoded",
                 Family::<EndpointLabels, Histogram>::new_with_constructor(|| {
@@ -134,157 +193,31 @@ impl Metrics {
                 }),
             ),
             images: add(
-                &mut r,
+                r,
                 "images",
                 "Images judged, by verdict and reason",
                 Family::<ImageLabels, Counter>::default(),
             ),
             bad_requests: add(
-                &mut r,
+                r,
                 "bad_requests",
                 "Requests refused before review (wrong method, content type, size, undecodable)",
                 Family::<ReasonLabels, Counter>::default(),
             ),
-            reloads: add(
-                &mut r,
-                "reloads",
-                "Reloads of the allowlist, the installed CSVs and the TLS certificate, by result (success, failure; empty: an allowlist that promotes nothing, accepted in audit mode)",
-                Family::<ReloadLabels, Counter>::default(),
-            ),
-            last_reload: add(
-                &mut r,
-                "last_successful_reload_timestamp_seconds",
-                "Unix time of the last successful load, by source",
-                Family::<SourceLabels, Gauge<f64, AtomicU64>>::default(),
-            ),
-            allowlist_repositories: add(
-                &mut r,
-                "allowlist_repositories",
-                "Repositories in the allowlist in force",
-                Gauge::default(),
-            ),
-            allowlist_digests: add(
-                &mut r,
-                "allowlist_digests",
-                "Promoted (repository, digest) pairs in the allowlist in force",
-                Gauge::default(),
-            ),
-            allowlist_stale: add(
-                &mut r,
-                "allowlist_stale",
-                "1 while the allowlist in force is not the one mounted: it failed to load, and the last good one (kept in memory, or in --state-dir across a restart) serves",
-                Gauge::default(),
-            ),
-            tls_handshake_failures: add(
-                &mut r,
-                "tls_handshake_failures",
-                "TLS handshakes that failed or timed out (plain HTTP on the TLS port counts here)",
-                Counter::default(),
-            ),
-            certificate_expiry: add(
-                &mut r,
-                "certificate_expiry_timestamp_seconds",
-                "Unix time the serving certificate chain in force stops being valid (the earliest notAfter in it); 0 when that cannot be read",
-                Gauge::default(),
-            ),
-            open_connections: add(
-                &mut r,
-                "open_connections",
-                "Webhook connections currently open",
-                Gauge::default(),
-            ),
-            evicted_connections: add(
-                &mut r,
-                "connections_evicted",
-                "Webhook connections closed to make room, by reason: pending-handshakes and pending-handshakes-per-peer (the oldest TLS handshake not finished, at --max-pending-handshakes or --max-pending-per-peer), unserved (the oldest connection that had not sent a whole request, at --max-connections), full (a new connection, at --max-connections with every one served)",
-                Family::<ReasonLabels, Counter>::default(),
-            ),
-            break_glass_namespaces: add(
-                &mut r,
-                "break_glass_namespaces",
-                "Namespaces the last background audit found carrying the break-glass label (--audit-break-glass-label): the webhook does not review them",
-                Gauge::default(),
-            ),
-            audit_findings: add(
-                &mut r,
-                "audit_findings",
-                "Objects in the cluster the last background audit found would be rewritten or denied, by kind and verdict (only the leader reports them)",
-                Family::<AuditLabels, Gauge>::default(),
-            ),
-            audit_last_success: add(
-                &mut r,
-                "audit_last_success_timestamp_seconds",
-                "Unix time the last background audit read everything it should without an error",
-                Gauge::default(),
-            ),
-            audit_duration: add(
-                &mut r,
-                "audit_duration_seconds",
-                "Time a background audit run took, reading, judging and writing",
-                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                    0.05, 2.5, 10,
-                )),
-            ),
-            audit_errors: add(
-                &mut r,
-                "audit_errors",
-                "What background audits could not read or write (each kind, write or failed connection counts once)",
-                Counter::default(),
-            ),
-            audit_leader: add(
-                &mut r,
-                "audit_leader",
-                "1 while this replica holds the audit lease (and so audits), else 0",
-                Gauge::default(),
-            ),
-            registry: r,
         }
     }
 
-    /// A background audit finished: `findings` per (kind, verdict), every
-    /// kind read listed (with 0 when it found nothing), replaces the last
-    /// run's.
-    pub fn audit_run(&self, findings: &[(&'static str, &'static str, usize)], seconds: f64, errors: usize) {
-        self.audit_findings.clear();
-        for &(kind, verdict, n) in findings {
-            self.audit_findings
-                .get_or_create(&AuditLabels { kind, verdict })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-        self.audit_duration.observe(seconds);
-        self.audit_errors.inc_by(errors as u64);
-        if errors == 0 {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            self.audit_last_success.set(now);
-        }
-    }
-
-    /// A background audit could not run at all.
-    pub fn audit_failed(&self) {
-        self.audit_errors.inc();
-    }
-
-    /// Leadership changed: a replica that does not audit shows no findings
-    /// (a stale copy would be counted twice in a sum over replicas).
-    pub fn audit_leader(&self, leader: bool) {
-        self.audit_leader.set(i64::from(leader));
-        if !leader {
-            // Only the leader reports what it found.
-            self.audit_findings.clear();
-            self.break_glass_namespaces.set(0);
+    /// Starts timing a review on `endpoint`.
+    pub fn timer(&self, endpoint: &'static str) -> Timer {
+        Timer {
+            histogram: Some(self.duration.get_or_create(&EndpointLabels { endpoint }).clone()),
+            started: std::time::Instant::now(),
         }
     }
 
     /// Counts an answered review.
-    pub fn request(&self, labels: RequestLabels, seconds: f64) {
+    pub fn request(&self, labels: RequestLabels) {
         self.requests.get_or_create(&labels).inc();
-        self.duration
-            .get_or_create(&EndpointLabels {
-                endpoint: labels.endpoint,
-            })
-            .observe(seconds);
     }
 
     /// Counts a judged image.
@@ -296,34 +229,109 @@ impl Metrics {
     pub fn bad_request(&self, reason: &'static str) {
         self.bad_requests.get_or_create(&ReasonLabels { reason }).inc();
     }
+}
 
-    /// Records a reload attempt of `source` (`allowlist` or `certificate`).
-    pub fn reload(&self, source: &'static str, ok: bool) {
+// === reloads ===
+
+/// Reloads of the allowlist, the installed CSVs and the certificate, and
+/// what is in force after them.
+#[derive(Clone)]
+pub struct ReloadMetrics {
+    reloads: Family<ReloadLabels, Counter>,
+    last_reload: Family<SourceLabels, Gauge<f64, AtomicU64>>,
+    allowlist_repositories: Gauge,
+    allowlist_digests: Gauge,
+    allowlist_stale: Gauge,
+    certificate_expiry: Gauge,
+}
+
+/// What reloads, as the `source` label names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reloaded {
+    Allowlist,
+    Certificate,
+    /// The installed operators' CSVs (`--allowlist-csv`).
+    InstalledCsvs,
+}
+
+impl Reloaded {
+    /// The `source` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowlist => "allowlist",
+            Self::Certificate => "certificate",
+            Self::InstalledCsvs => "installed-csvs",
+        }
+    }
+}
+
+impl ReloadMetrics {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            reloads: add(
+                r,
+                "reloads",
+                "Reloads of the allowlist, the installed CSVs and the TLS certificate, by result (success, failure; empty: an allowlist that promotes nothing, accepted in audit mode)",
+                Family::<ReloadLabels, Counter>::default(),
+            ),
+            last_reload: add(
+                r,
+                "last_successful_reload_timestamp_seconds",
+                "Unix time of the last successful load, by source",
+                Family::<SourceLabels, Gauge<f64, AtomicU64>>::default(),
+            ),
+            allowlist_repositories: add(
+                r,
+                "allowlist_repositories",
+                "Repositories in the allowlist in force",
+                Gauge::default(),
+            ),
+            allowlist_digests: add(
+                r,
+                "allowlist_digests",
+                "Promoted (repository, digest) pairs in the allowlist in force",
+                Gauge::default(),
+            ),
+            allowlist_stale: add(
+                r,
+                "allowlist_stale",
+                "1 while the allowlist in force is not the one mounted: it failed to load, and the last good one (kept in memory, or in --state-dir across a restart) serves",
+                Gauge::default(),
+            ),
+            certificate_expiry: add(
+                r,
+                "certificate_expiry_timestamp_seconds",
+                "Unix time the serving certificate chain in force stops being valid (the earliest notAfter in it); 0 when that cannot be read",
+                Gauge::default(),
+            ),
+        }
+    }
+
+    /// Records a load of `source` that succeeded or failed.
+    pub fn reload(&self, source: Reloaded, ok: bool) {
         self.reload_as(source, if ok { "success" } else { "failure" });
     }
 
     /// Records a reload of an allowlist that promotes nothing: it loaded
     /// (audit mode accepts it) but every image will be reported.
-    pub fn reload_empty(&self, source: &'static str) {
+    pub fn reload_empty(&self, source: Reloaded) {
         self.reload_as(source, "empty");
     }
 
-    fn reload_as(&self, source: &'static str, result: &'static str) {
+    fn reload_as(&self, source: Reloaded, result: &'static str) {
+        let source = source.as_str();
         self.reloads.get_or_create(&ReloadLabels { source, result }).inc();
         if result != "failure" {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            self.last_reload.get_or_create(&SourceLabels { source }).set(now);
+            self.last_reload
+                .get_or_create(&SourceLabels { source })
+                .set(unix_now());
         }
     }
 
     /// Records the size of the allowlist now in force.
     pub fn allowlist_size(&self, repositories: usize, digests: usize) {
-        self.allowlist_repositories
-            .set(i64::try_from(repositories).unwrap_or(i64::MAX));
-        self.allowlist_digests
-            .set(i64::try_from(digests).unwrap_or(i64::MAX));
+        self.allowlist_repositories.set(gauge_value(repositories));
+        self.allowlist_digests.set(gauge_value(digests));
     }
 
     /// Whether the allowlist in force is an older one than the mounted.
@@ -337,41 +345,191 @@ impl Metrics {
     pub fn certificate_expiry(&self, unix_seconds: Option<i64>) {
         self.certificate_expiry.set(unix_seconds.unwrap_or(0));
     }
+}
+
+// === connections ===
+
+/// The webhook port's connections.
+#[derive(Clone)]
+pub struct ConnectionMetrics {
+    tls_handshake_failures: Counter,
+    open_connections: Gauge,
+    evicted_connections: Family<ReasonLabels, Counter>,
+}
+
+/// Why a connection was closed to make room: the `reason` label of
+/// `digest_gate_connections_evicted_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The oldest pending handshake, at the cap of pending handshakes.
+    Pending,
+    /// The peer's oldest pending handshake, at the cap per peer address.
+    Peer,
+    /// The oldest established connection that had not sent a whole request,
+    /// at the connection cap.
+    Unserved,
+    /// A new connection, at the connection cap with every one served.
+    Full,
+}
+
+impl Eviction {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending-handshakes",
+            Self::Peer => "pending-handshakes-per-peer",
+            Self::Unserved => "unserved",
+            Self::Full => "full",
+        }
+    }
+}
+
+impl ConnectionMetrics {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            tls_handshake_failures: add(
+                r,
+                "tls_handshake_failures",
+                "TLS handshakes that failed or timed out (plain HTTP on the TLS port counts here)",
+                Counter::default(),
+            ),
+            open_connections: add(
+                r,
+                "open_connections",
+                "Webhook connections currently open",
+                Gauge::default(),
+            ),
+            evicted_connections: add(
+                r,
+                "connections_evicted",
+                "Webhook connections closed to make room, by reason: pending-handshakes and pending-handshakes-per-peer (the oldest TLS handshake not finished, at --max-pending-handshakes or --max-pending-per-peer), unserved (the oldest connection that had not sent a whole request, at --max-connections), full (a new connection, at --max-connections with every one served)",
+                Family::<ReasonLabels, Counter>::default(),
+            ),
+        }
+    }
 
     /// Counts a failed TLS handshake.
     pub fn tls_handshake_failed(&self) {
         self.tls_handshake_failures.inc();
     }
 
-    /// Tracks open connections.
-    pub fn connection_opened(&self) {
+    /// Counts a connection open until the guard is dropped.
+    pub fn open(&self) -> OpenConnection {
         self.open_connections.inc();
-    }
-
-    /// Tracks open connections.
-    pub fn connection_closed(&self) {
-        self.open_connections.dec();
-    }
-
-    /// The break-glass namespaces the last background audit found.
-    pub fn break_glass_namespaces(&self, n: usize) {
-        self.break_glass_namespaces
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        OpenConnection(self.open_connections.clone())
     }
 
     /// Counts a connection closed to make room.
-    pub fn connection_evicted(&self, why: crate::server::gate::Eviction) {
+    pub fn evicted(&self, why: Eviction) {
         self.evicted_connections
             .get_or_create(&ReasonLabels { reason: why.as_str() })
             .inc();
     }
+}
 
-    /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
-        out
+/// One open connection, counted until dropped (whichever way the
+/// connection's task ends).
+pub struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+// === audit ===
+
+/// The background audit's findings and runs.
+#[derive(Clone)]
+pub struct AuditMetrics {
+    break_glass_namespaces: Gauge,
+    audit_findings: Family<AuditLabels, Gauge>,
+    audit_last_success: Gauge<f64, AtomicU64>,
+    audit_duration: Histogram,
+    audit_errors: Counter,
+    audit_leader: Gauge,
+}
+
+impl AuditMetrics {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            break_glass_namespaces: add(
+                r,
+                "break_glass_namespaces",
+                "Namespaces the last background audit found carrying the break-glass label (--audit-break-glass-label): the webhook does not review them",
+                Gauge::default(),
+            ),
+            audit_findings: add(
+                r,
+                "audit_findings",
+                "Objects in the cluster the last background audit found would be rewritten or denied, by kind and verdict (only the leader reports them)",
+                Family::<AuditLabels, Gauge>::default(),
+            ),
+            audit_last_success: add(
+                r,
+                "audit_last_success_timestamp_seconds",
+                "Unix time the last background audit read everything it should without an error",
+                Gauge::default(),
+            ),
+            audit_duration: add(
+                r,
+                "audit_duration_seconds",
+                "Time a background audit run took, reading, judging and writing",
+                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                    0.05, 2.5, 10,
+                )),
+            ),
+            audit_errors: add(
+                r,
+                "audit_errors",
+                "What background audits could not read or write (each kind, write or failed connection counts once)",
+                Counter::default(),
+            ),
+            audit_leader: add(
+                r,
+                "audit_leader",
+                "1 while this replica holds the audit lease (and so audits), else 0",
+                Gauge::default(),
+            ),
+        }
+    }
+
+    /// A background audit finished: `findings` per (kind, verdict), every
+    /// kind read listed (with 0 when it found nothing), replaces the last
+    /// run's.
+    pub fn run(&self, findings: &[(&'static str, &'static str, usize)], seconds: f64, errors: usize) {
+        self.audit_findings.clear();
+        for &(kind, verdict, n) in findings {
+            self.audit_findings
+                .get_or_create(&AuditLabels { kind, verdict })
+                .set(gauge_value(n));
+        }
+        self.audit_duration.observe(seconds);
+        self.audit_errors.inc_by(errors as u64);
+        if errors == 0 {
+            self.audit_last_success.set(unix_now());
+        }
+    }
+
+    /// A background audit could not run at all.
+    pub fn failed(&self) {
+        self.audit_errors.inc();
+    }
+
+    /// Leadership changed: a replica that does not audit shows no findings
+    /// (a stale copy would be counted twice in a sum over replicas).
+    pub fn leader(&self, leader: bool) {
+        self.audit_leader.set(i64::from(leader));
+        if !leader {
+            // Only the leader reports what it found.
+            self.audit_findings.clear();
+            self.break_glass_namespaces.set(0);
+        }
+    }
+
+    /// The break-glass namespaces the last background audit found.
+    pub fn break_glass_namespaces(&self, n: usize) {
+        self.break_glass_namespaces.set(gauge_value(n));
     }
 }
 
@@ -382,17 +540,15 @@ mod tests {
     #[test]
     fn names_carry_the_prefix_and_counters_their_suffix() {
         let m = Metrics::new();
-        m.request(
-            RequestLabels {
-                endpoint: "mutate",
-                kind: kind_label("Pod"),
-                operation: operation_label("CREATE"),
-                verdict: "rewrite",
-            },
-            0.0001,
-        );
-        m.reload("allowlist", true);
-        m.image("deny", "short_name");
+        drop(m.admission.timer("mutate"));
+        m.admission.request(RequestLabels {
+            endpoint: "mutate",
+            kind: kind_label("Pod"),
+            operation: operation_label("CREATE"),
+            verdict: "rewrite",
+        });
+        m.reloads.reload(Reloaded::Allowlist, true);
+        m.admission.image("deny", "short_name");
         let text = m.encode();
         assert!(text.contains(
             "digest_gate_admission_requests_total{endpoint=\"mutate\",kind=\"Pod\",operation=\"CREATE\",verdict=\"rewrite\"} 1"

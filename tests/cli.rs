@@ -1102,3 +1102,50 @@ fn fix_changes_nothing_but_image_values_in_any_fixture() {
     // denied, not fixed.
     assert!(fixed >= 4, "only {fixed} fixtures had something to fix");
 }
+
+/// A kubeconfig whose server refuses connections at once.
+fn unreachable_kubeconfig(name: &str) -> String {
+    let path = scratch(name).join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {token: t}\n",
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn the_cluster_timeout_has_its_own_flag_and_the_old_one_warns_once() {
+    let kubeconfig = unreachable_kubeconfig("old-timeout");
+    let allowlist = example_allowlist();
+    for command in [vec!["audit", "--allowlist", allowlist.as_str()], vec!["cleanup"]] {
+        let with = |extra: &[&str]| {
+            let mut args = command.clone();
+            args.extend(["--kubeconfig", kubeconfig.as_str()]);
+            args.extend(extra);
+            digest_gate(&args, None)
+        };
+        let new = with(&["--cluster-timeout", "2s"]);
+        assert_eq!(new.code, 2, "{}", new.stderr);
+        assert!(new.stderr.contains("cannot reach the cluster"), "{}", new.stderr);
+        assert!(!new.stderr.contains("deprecated"), "{}", new.stderr);
+        let old = with(&["--request-timeout", "2s"]);
+        assert_eq!(old.code, 2, "{}", old.stderr);
+        assert_eq!(old.stderr.matches("deprecated").count(), 1, "{}", old.stderr);
+        assert!(old.stderr.contains("use --cluster-timeout"), "{}", old.stderr);
+        assert!(old.stderr.contains("cannot reach the cluster"), "{}", old.stderr);
+        // Help shows the new name only.
+        let mut help = command[..1].to_vec();
+        help.push("--help");
+        let help = digest_gate(&help, None).stdout;
+        assert!(help.contains("--cluster-timeout"), "{help}");
+        assert!(!help.contains("--request-timeout"), "{help}");
+    }
+    // serve keeps --request-timeout for its webhook clients, and takes
+    // --cluster-timeout for its background tasks.
+    let help = digest_gate(&["serve", "--help"], None).stdout;
+    assert!(
+        help.contains("--request-timeout") && help.contains("--cluster-timeout"),
+        "{help}"
+    );
+}

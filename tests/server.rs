@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
 use digest_gate::policy::{Mode, Policy};
-use digest_gate::server::{self, Config, State};
+use digest_gate::server::{self, Config, Inputs, State};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -351,14 +351,13 @@ async fn start_tuned(name: &str, policy: Policy, client_ca: bool, tune: impl FnO
     );
     let example = std::fs::read_to_string(example_allowlist_path()).unwrap();
     kubelet_write(&list_dir, &[("allowlist.yaml", &example)], 0);
-    let mut config = Config::new(
-        tls_dir.join("tls.crt"),
-        tls_dir.join("tls.key"),
-        vec![list_dir],
+    let inputs = Inputs {
+        cert: tls_dir.join("tls.crt"),
+        key: tls_dir.join("tls.key"),
+        allowlists: vec![list_dir],
         policy,
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    };
+    let mut config = loopback_config();
     config.reload_interval = Duration::from_millis(100);
     config.grace_period = Duration::from_secs(5);
     if client_ca {
@@ -367,7 +366,7 @@ async fn start_tuned(name: &str, policy: Policy, client_ca: bool, tune: impl FnO
         config.client_ca = Some(ca);
     }
     tune(&mut config);
-    let running = server::start(config).await.unwrap();
+    let running = server::start(config, inputs).await.unwrap();
     Harness { dir, pki, running }
 }
 
@@ -739,17 +738,16 @@ async fn start_in(dir: &Path, list_dir: &Path, state_dir: &Path) -> Result<(Pki,
     let issued = pki.server();
     std::fs::write(tls_dir.join("tls.crt"), &issued.cert_pem).unwrap();
     std::fs::write(tls_dir.join("tls.key"), &issued.key_pem).unwrap();
-    let mut config = Config::new(
-        tls_dir.join("tls.crt"),
-        tls_dir.join("tls.key"),
-        vec![list_dir.to_owned()],
-        Policy::default(),
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+    let inputs = Inputs {
+        cert: tls_dir.join("tls.crt"),
+        key: tls_dir.join("tls.key"),
+        allowlists: vec![list_dir.to_owned()],
+        policy: Policy::default(),
+    };
+    let mut config = loopback_config();
     config.reload_interval = Duration::from_millis(100);
     config.state_dir = Some(state_dir.to_owned());
-    server::start(config)
+    server::start(config, inputs)
         .await
         .map(|r| (pki, r))
         .map_err(|e| e.to_string())
@@ -872,15 +870,14 @@ async fn a_new_pod_with_a_broken_allowlist_waits_unready() {
     let issued = pki.server();
     std::fs::write(dir.join("tls.crt"), &issued.cert_pem).unwrap();
     std::fs::write(dir.join("tls.key"), &issued.key_pem).unwrap();
-    let mut config = Config::new(
-        dir.join("tls.crt"),
-        dir.join("tls.key"),
-        vec![list_dir],
-        Policy::default(),
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.admin_listen = "127.0.0.1:0".parse().unwrap();
-    let error = server::start(config)
+    let inputs = Inputs {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+        allowlists: vec![list_dir],
+        policy: Policy::default(),
+    };
+    let config = loopback_config();
+    let error = server::start(config, inputs)
         .await
         .err()
         .expect("no state dir: exits")

@@ -8,6 +8,44 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+/// How long a cluster request may take when `--cluster-timeout` is not given.
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How `audit`, `cleanup` and `serve`'s cluster tasks reach the cluster.
+/// `--context` is declared by each command: its help differs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the pod's
+    /// service account inside a pod).
+    #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Gives up on a cluster request (connecting, or a page of a list)
+    /// after this long, e.g. 30s [default: 30s].
+    #[arg(long, env = "DIGEST_GATE_CLUSTER_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::flags::parse_duration)]
+    pub cluster_timeout: Option<Duration>,
+}
+
+impl ClusterArgs {
+    /// The connection settings for `context`, each request bounded.
+    pub fn settings(&self, context: Option<String>) -> Settings {
+        Settings {
+            kubeconfig: self.kubeconfig.clone(),
+            context,
+            timeout: Some(self.cluster_timeout.unwrap_or(CLUSTER_TIMEOUT)),
+        }
+    }
+
+    /// The settings for a watch, which waits minutes for an event: kube's
+    /// read timeout (longer than the watch's own) applies, not a request's.
+    pub fn watch_settings(&self, context: Option<String>) -> Settings {
+        Settings {
+            timeout: None,
+            ..self.settings(context)
+        }
+    }
+}
+
 /// Where to connect, as the command line says it.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -58,28 +96,6 @@ impl Connection {
             server,
             namespace,
         })
-    }
-
-    /// [`Self::open`], tried again every `every` until it works, each
-    /// failure told to `failed`: what the server's background threads
-    /// (the audit, the CSV watch) start with. `None` once `stop` turns true.
-    pub async fn open_until_stopped(
-        settings: &Settings,
-        every: Duration,
-        stop: &mut tokio::sync::watch::Receiver<bool>,
-        mut failed: impl FnMut(&str),
-    ) -> Option<Connection> {
-        loop {
-            match Self::open(settings).await {
-                Ok(c) => return Some(c),
-                Err(e) => {
-                    failed(&e);
-                    if tokio::time::timeout(every, stop.wait_for(|s| *s)).await.is_ok() {
-                        return None;
-                    }
-                }
-            }
-        }
     }
 
     /// Words a failed request `doing` (e.g. `list Pods in namespace "x"`)

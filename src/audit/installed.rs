@@ -64,7 +64,7 @@ impl std::str::FromStr for Csvs {
 }
 
 /// `--allowlist-csv`, as `audit` (read once) and `serve` (watched) take it.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct CsvArgs {
     /// Also promote what the installed operators' ClusterServiceVersions in
     /// NAMESPACE (with names starting NAME-PREFIX) list, read from the

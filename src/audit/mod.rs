@@ -11,7 +11,6 @@
 //! [`write`] writes policy reports and Events, [`write::remove`] deletes
 //! them again.
 
-pub mod background;
 mod cluster;
 pub mod installed;
 mod owners;
@@ -30,7 +29,7 @@ use crate::objects::{self, KINDS, Kind, Layout};
 use crate::policy::Policy;
 use crate::report::{ObjectReport, Report};
 
-pub use cluster::{Connection, Failure, Settings};
+pub use cluster::{CLUSTER_TIMEOUT, ClusterArgs, Connection, Failure, Settings};
 pub use write::Written;
 
 /// Which namespaces are read.

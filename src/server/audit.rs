@@ -1,4 +1,4 @@
-//! `serve --audit-interval`: the audit of [`run`](super::run), in the
+//! `serve --audit-interval`: the audit of [`audit::run`], in the
 //! webhook, on its service account: after the allowlist loads and after
 //! every reload (a newly promoted or withdrawn digest changes what is
 //! stale), then on the interval. Its findings are metrics; with
@@ -9,167 +9,133 @@
 //! only the holder of a Lease audits (`--audit-lease`); the others expose
 //! no findings, so a sum over replicas counts each object once.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use super::{Audit, Connection, Scope, Settings, Target, Writes};
+use super::config::Background;
+use super::tasks;
+use crate::allowlist::Allowlist;
+use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
 use crate::judge::ObjectVerdict;
+use crate::metrics::AuditMetrics;
 use crate::objects::kind_label;
-use crate::server::State;
+use crate::policy::Policy;
 
 /// Seconds a Lease holds without renewal, and how long before expiry the
 /// holder renews it (the values kube-controller-manager uses, 15 s / 10 s).
 const LEASE_SECONDS: u64 = 15;
 const LEASE_GRACE_SECONDS: u64 = 5;
 
-/// The background audit's flags.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct Background {
-    /// Audit the cluster this often in the background, e.g. 10m; also after
-    /// every allowlist reload. 0 turns it off.
-    #[arg(long = "audit-interval", env = "DIGEST_GATE_AUDIT_INTERVAL", default_value = "0s",
-          value_parser = crate::server::parse_duration)]
-    pub interval: Duration,
-    /// Only namespaces matching this label selector (default: all).
-    #[arg(
-        long = "audit-namespace-selector",
-        env = "DIGEST_GATE_AUDIT_NAMESPACE_SELECTOR",
-        value_name = "SELECTOR"
-    )]
-    pub namespace_selector: Option<String>,
-    /// The namespace label that keeps the webhook away (break glass): each
-    /// run names the namespaces carrying it and counts them. Empty: none.
-    #[arg(
-        long = "audit-break-glass-label",
-        env = "DIGEST_GATE_AUDIT_BREAK_GLASS_LABEL",
-        value_name = "LABEL",
-        default_value = super::BREAK_GLASS_LABEL
-    )]
-    pub break_glass_label: String,
-    /// Write the findings as wgpolicyk8s.io PolicyReports.
-    #[arg(long = "audit-policy-reports", env = "DIGEST_GATE_AUDIT_POLICY_REPORTS")]
-    pub policy_reports: bool,
-    /// Write a Warning Event on each object with a finding.
-    #[arg(long = "audit-events", env = "DIGEST_GATE_AUDIT_EVENTS")]
-    pub events: bool,
-    /// Audit only while holding this coordination.k8s.io Lease (NAME, or
-    /// NAMESPACE/NAME; default namespace: the pod's). Without it every
-    /// replica audits.
-    #[arg(long = "audit-lease", env = "DIGEST_GATE_AUDIT_LEASE", value_name = "LEASE")]
-    pub lease: Option<String>,
-    /// The ClusterRole that owns what the audit writes, so Kubernetes'
-    /// garbage collector deletes reports and Events with it.
-    #[arg(
-        long = "audit-owner",
-        env = "DIGEST_GATE_AUDIT_OWNER",
-        value_name = "CLUSTERROLE"
-    )]
-    pub owner: Option<String>,
-    /// Kubeconfig for the audit and --allowlist-csv (default: the pod's
-    /// service account, or $KUBECONFIG and ~/.kube/config outside a pod).
-    #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context for the audit and --allowlist-csv.
-    #[arg(long, env = "DIGEST_GATE_CONTEXT")]
-    pub context: Option<String>,
+/// What the background audit reads and judges with.
+pub struct Inputs {
+    pub flags: Background,
+    pub settings: Settings,
+    pub policy: Policy,
+    /// Every allowlist the supply puts in force: each one is audited.
+    pub allowlists: watch::Receiver<Arc<Allowlist>>,
+    pub metrics: AuditMetrics,
 }
 
-/// Starts the background audit if `config.interval` is not zero. It stops
-/// (releasing its Lease) when `stop` turns true; join the thread before
+/// Starts the background audit if its interval is not zero. It stops
+/// (releasing its Lease) when `stop` is cancelled; join the thread before
 /// exiting so the release reaches the apiserver.
 pub fn spawn(
-    config: Background,
-    state: Arc<State>,
-    stop: watch::Receiver<bool>,
+    inputs: Inputs,
+    stop: CancellationToken,
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
-    if config.interval.is_zero() {
+    if inputs.flags.interval.is_zero() {
         return Ok(None);
     }
-    let thread = std::thread::Builder::new().name("audit".into()).spawn(move || {
-        match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(runtime) => runtime.block_on(run(config, state, stop)),
-            Err(e) => {
-                state.metrics.audit_failed();
-                tracing::error!(error = %e, "background audit: cannot start its runtime");
-            }
-        }
-    })?;
-    Ok(Some(thread))
+    let metrics = inputs.metrics.clone();
+    let failed = move |e: &std::io::Error| {
+        metrics.failed();
+        tracing::error!(error = %e, "background audit: cannot start its runtime");
+    };
+    tasks::spawn("audit", move || run(inputs, stop), failed).map(Some)
 }
 
-async fn run(config: Background, state: Arc<State>, mut stop: watch::Receiver<bool>) {
-    let settings = Settings {
-        kubeconfig: config.kubeconfig.clone(),
-        context: config.context.clone(),
-        timeout: Some(Duration::from_secs(30)),
-    };
+async fn run(inputs: Inputs, stop: CancellationToken) {
+    let Inputs {
+        flags,
+        settings,
+        policy,
+        mut allowlists,
+        metrics,
+    } = inputs;
     let failed = |e: &str| {
-        state.metrics.audit_failed();
+        metrics.failed();
         tracing::error!(error = %e, "background audit: no cluster connection; retrying");
     };
-    let Some(connection) =
-        Connection::open_until_stopped(&settings, config.interval, &mut stop, failed).await
-    else {
+    let Some(connection) = tasks::connect(&settings, flags.interval, &stop, failed).await else {
         return;
     };
     // Without a Lease nothing elects: this replica always audits, and the
     // sender is kept so the channel never closes.
     let (_always, always) = watch::channel(true);
-    let (mut leader, lease) = match &config.lease {
+    let (mut leader, lease) = match &flags.lease {
         None => (always, None),
         Some(name) => match elect(&connection, name).await {
             Ok((leader, task)) => (leader, Some(task)),
             Err(e) => {
-                state.metrics.audit_failed();
+                metrics.failed();
                 tracing::error!(error = %e, lease = %name, "background audit: cannot use its Lease; not auditing");
                 return;
             }
         },
     };
     tracing::info!(
-        interval = ?config.interval,
+        interval = ?flags.interval,
         server = %connection.server,
-        lease = config.lease.as_deref().unwrap_or("none"),
+        lease = flags.lease.as_deref().unwrap_or("none"),
         "background audit started"
     );
     let mut writes = Writes {
-        policy_reports: config.policy_reports,
-        events: config.events,
+        policy_reports: flags.policy_reports,
+        events: flags.events,
         owner: None,
     };
     loop {
         let is_leader = *leader.borrow_and_update();
-        state.metrics.audit_leader(is_leader);
+        metrics.leader(is_leader);
         if is_leader {
             if writes.owner.is_none()
-                && let Some(name) = &config.owner
+                && let Some(name) = &flags.owner
             {
-                writes.owner = owner_reference(&connection, name, &state).await;
+                writes.owner = owner_reference(&connection, name, &metrics).await;
             }
+            // A snapshot: a reload during the run wakes the next one.
+            let allowlist = allowlists.borrow_and_update().clone();
+            let once = Once {
+                connection: &connection,
+                flags: &flags,
+                writes: &writes,
+                policy: &policy,
+                metrics: &metrics,
+            };
             tokio::select! {
-                () = audit_once(&connection, &config, &writes, &state) => {}
-                _ = stop.wait_for(|s| *s) => break,
+                () = once.audit(&allowlist) => {}
+                () = stop.cancelled() => break,
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(config.interval) => {}
-            () = state.allowlist_changed.notified() => {
+            () = tokio::time::sleep(flags.interval) => {}
+            changed = allowlists.changed() => if changed.is_ok() {
                 tracing::info!("background audit: the allowlist changed; auditing again");
-            }
+            },
             changed = leader.changed() => if changed.is_err() {
                 tracing::error!("background audit: leader election stopped; not auditing");
-                state.metrics.audit_leader(false);
+                metrics.leader(false);
                 return;
             },
-            _ = stop.wait_for(|s| *s) => break,
+            () = stop.cancelled() => break,
         }
     }
-    state.metrics.audit_leader(false);
+    metrics.leader(false);
     // The lease task releases the Lease when its channel closes, so the
     // next replica need not wait for it to expire.
     drop(leader);
@@ -206,67 +172,81 @@ async fn elect(connection: &Connection, name: &str) -> Result<(watch::Receiver<b
 
 /// The owner reference of ClusterRole `name`, or `None` (logged, counted,
 /// retried next run) when it cannot be read.
-async fn owner_reference(connection: &Connection, name: &str, state: &State) -> Option<Value> {
-    match super::write::cluster_role_uid(connection, name).await {
-        Ok(uid) => Some(super::write::cluster_role_owner(name, &uid)),
+async fn owner_reference(connection: &Connection, name: &str, metrics: &AuditMetrics) -> Option<Value> {
+    match audit::write::cluster_role_uid(connection, name).await {
+        Ok(uid) => Some(audit::write::cluster_role_owner(name, &uid)),
         Err(e) => {
-            state.metrics.audit_failed();
+            metrics.failed();
             tracing::warn!(error = %e.message(), "background audit: what it writes has no owner this run");
             None
         }
     }
 }
 
-async fn audit_once(connection: &Connection, config: &Background, writes: &Writes, state: &State) {
-    let started = Instant::now();
-    let target = Target {
-        scope: Scope::All {
-            namespace_selector: config.namespace_selector.clone(),
-        },
-        label_selector: None,
-        kinds: None,
-        break_glass_label: Some(config.break_glass_label.clone()),
-    };
-    // A snapshot: a reload during the run wakes the next one.
-    let allowlist = state.allowlist.load_full();
-    let result = match super::run(connection, &target, &state.policy, &allowlist).await {
-        Ok(mut audit) => super::write(connection, &mut audit, writes).await.map(|()| audit),
-        Err(e) => Err(e),
-    };
-    let seconds = started.elapsed().as_secs_f64();
-    match result {
-        Ok(audit) => {
-            let counts = findings(&audit);
-            let errors = audit.report.errors.len();
-            state.metrics.audit_run(&counts, seconds, errors);
-            state.metrics.break_glass_namespaces(audit.break_glass.len());
-            for e in &audit.report.errors {
-                tracing::warn!(error = %e, "background audit");
+/// One run's inputs.
+struct Once<'a> {
+    connection: &'a Connection,
+    flags: &'a Background,
+    writes: &'a Writes,
+    policy: &'a Policy,
+    metrics: &'a AuditMetrics,
+}
+
+impl Once<'_> {
+    async fn audit(&self, allowlist: &Allowlist) {
+        let started = Instant::now();
+        let target = Target {
+            scope: Scope::All {
+                namespace_selector: self.flags.namespace_selector.clone(),
+            },
+            label_selector: None,
+            kinds: None,
+            break_glass_label: Some(self.flags.break_glass_label.clone()),
+        };
+        let result = match audit::run(self.connection, &target, self.policy, allowlist).await {
+            Ok(mut found) => audit::write(self.connection, &mut found, self.writes)
+                .await
+                .map(|()| found),
+            Err(e) => Err(e),
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        match result {
+            Ok(found) => self.report(&found, seconds),
+            Err(e) => {
+                self.metrics.failed();
+                tracing::error!(error = %e, seconds, "background audit failed");
             }
-            for note in &audit.report.notes {
-                tracing::debug!(%note, "background audit");
-            }
-            for (namespace, value) in &audit.break_glass {
-                tracing::warn!(
-                    namespace,
-                    label = %config.break_glass_label,
-                    value,
-                    "break glass: the webhook does not review this namespace"
-                );
-            }
-            let s = &audit.report.summary;
-            tracing::info!(
-                objects = s.objects,
-                findings = counts.iter().map(|c| c.2).sum::<usize>(),
-                errors,
-                seconds,
-                "background audit done"
+        }
+    }
+
+    /// Exports and logs what a run found.
+    fn report(&self, found: &Audit, seconds: f64) {
+        let counts = findings(found);
+        let errors = found.report.errors.len();
+        self.metrics.run(&counts, seconds, errors);
+        self.metrics.break_glass_namespaces(found.break_glass.len());
+        for e in &found.report.errors {
+            tracing::warn!(error = %e, "background audit");
+        }
+        for note in &found.report.notes {
+            tracing::debug!(%note, "background audit");
+        }
+        for (namespace, value) in &found.break_glass {
+            tracing::warn!(
+                namespace,
+                label = %self.flags.break_glass_label,
+                value,
+                "break glass: the webhook does not review this namespace"
             );
         }
-        Err(e) => {
-            state.metrics.audit_failed();
-            tracing::error!(error = %e, seconds, "background audit failed");
-        }
+        let s = &found.report.summary;
+        tracing::info!(
+            objects = s.objects,
+            findings = counts.iter().map(|c| c.2).sum::<usize>(),
+            errors,
+            seconds,
+            "background audit done"
+        );
     }
 }
 

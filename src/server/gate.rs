@@ -29,31 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-/// Why a connection was closed to make room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Eviction {
-    /// The oldest pending handshake, at the cap of pending handshakes.
-    Pending,
-    /// The peer's oldest pending handshake, at the cap per peer address.
-    Peer,
-    /// The oldest established connection that had not sent a whole request,
-    /// at the connection cap.
-    Unserved,
-    /// A new connection, at the connection cap with every one served.
-    Full,
-}
-
-impl Eviction {
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending-handshakes",
-            Self::Peer => "pending-handshakes-per-peer",
-            Self::Unserved => "unserved",
-            Self::Full => "full",
-        }
-    }
-}
+pub use crate::metrics::Eviction;
 
 /// The caps.
 #[derive(Debug, Clone, Copy)]

@@ -3,10 +3,7 @@
 //! shared [`State`] so tests can drive them in-process.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State as Extract};
@@ -15,117 +12,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::installed::Installed;
+use super::state::State;
+use super::supply;
 use crate::admission::{self, Endpoint};
-use crate::allowlist::{Allowlist, Source};
-use crate::metrics::{self, Metrics, RequestLabels};
-use crate::policy::{Policy, PromotedBy};
+use crate::metrics::{self, RequestLabels, Timer};
+use crate::policy::PromotedBy;
 use crate::text::{self, Cut};
-
-/// Whether the server takes new reviews. A [`State`] always holds an
-/// allowlist and is served only once its certificate is loaded; what makes
-/// a running server unready is draining, or an allowlist that is not yet
-/// the one it should serve (a source still to be read, or none usable).
-#[derive(Debug, Default)]
-pub struct Readiness {
-    draining: AtomicBool,
-    waiting: std::sync::Mutex<Option<&'static str>>,
-}
-
-/// Why a server waits: the installed CSVs of `--allowlist-csv` not read yet.
-pub const WAITING_FOR_CSVS: &str =
-    "waiting for the installed operators' ClusterServiceVersions (--allowlist-csv)";
-/// Why a server waits: its allowlist does not load and no last good copy
-/// was kept.
-pub const WAITING_FOR_ALLOWLIST: &str =
-    "the allowlist cannot be used and no last good copy was kept; waiting for a usable one (see the log)";
-
-impl Readiness {
-    /// Starts draining: readiness fails from now on.
-    pub fn drain(&self) {
-        self.draining.store(true, Ordering::Release);
-    }
-
-    /// Marks the allowlist in force as not the one to serve, and why, until
-    /// [`Self::complete`].
-    pub fn wait(&self, why: &'static str) {
-        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-    }
-
-    /// The allowlist in force is the one to serve.
-    pub fn complete(&self) {
-        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    /// Whether [`Self::wait`] is in effect.
-    pub fn waiting(&self) -> bool {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).is_some()
-    }
-
-    /// `Ok` when ready, else why not.
-    pub fn check(&self) -> Result<(), &'static str> {
-        if self.draining.load(Ordering::Acquire) {
-            return Err("shutting down");
-        }
-        match *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(why) => Err(why),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Everything a request needs, shared by all connections.
-pub struct State {
-    /// The allowlist in force; reloads swap it whole.
-    pub allowlist: ArcSwap<Allowlist>,
-    pub policy: Policy,
-    pub metrics: Metrics,
-    pub ready: Readiness,
-    /// Largest review body accepted.
-    pub max_body_bytes: usize,
-    /// Longest a client may take to send a body.
-    pub request_timeout: Duration,
-    /// Woken by each allowlist swap: the background audit runs again.
-    pub allowlist_changed: tokio::sync::Notify,
-    /// The installed operators' CSVs (`--allowlist-csv`), merged into every
-    /// allowlist load.
-    pub installed: Option<Arc<Installed>>,
-}
-
-impl State {
-    /// State around an allowlist, with default limits.
-    pub fn new(allowlist: Allowlist, policy: Policy) -> Self {
-        let metrics = Metrics::new();
-        metrics.allowlist_size(allowlist.repository_count(), allowlist.digest_count());
-        Self {
-            allowlist: ArcSwap::from_pointee(allowlist),
-            policy,
-            metrics,
-            ready: Readiness::default(),
-            max_body_bytes: 8 * 1024 * 1024,
-            request_timeout: Duration::from_secs(10),
-            allowlist_changed: tokio::sync::Notify::new(),
-            installed: None,
-        }
-    }
-
-    /// Whether allowlist `sources` would load, merged with the installed
-    /// CSVs as a reload merges them: the loader's `key:line: message`s, or
-    /// why it would not be used.
-    pub fn check_allowlist(&self, sources: &[Source]) -> Result<(), String> {
-        let installed = self.installed.as_ref().and_then(|i| i.sources());
-        let loaded = super::reload::merge(sources, installed.as_deref())?;
-        super::reload::usable(&loaded, &self.policy)
-    }
-
-    /// Puts a new allowlist in force.
-    pub fn swap_allowlist(&self, allowlist: Allowlist) {
-        self.metrics
-            .allowlist_size(allowlist.repository_count(), allowlist.digest_count());
-        self.allowlist.store(Arc::new(allowlist));
-        self.allowlist_changed.notify_one();
-    }
-}
 
 /// The webhook routes.
 pub fn webhook_router(state: Arc<State>) -> Router {
@@ -159,7 +51,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 async fn method_not_allowed(Extract(state): Extract<Arc<State>>) -> Response {
-    state.metrics.bad_request("method");
+    state.metrics.admission.bad_request("method");
     let mut r = error(
         StatusCode::METHOD_NOT_ALLOWED,
         "use POST with an AdmissionReview body",
@@ -170,7 +62,7 @@ async fn method_not_allowed(Extract(state): Extract<Arc<State>>) -> Response {
 }
 
 async fn not_found(Extract(state): Extract<Arc<State>>) -> Response {
-    state.metrics.bad_request("path");
+    state.metrics.admission.bad_request("path");
     error(
         StatusCode::NOT_FOUND,
         "digest-gate serves POST /mutate, /validate and /validate-allowlist",
@@ -196,7 +88,7 @@ fn is_json(request: &Request) -> bool {
 
 /// 413, whether the declared length or the bytes sent went over the limit.
 fn too_large(state: &State) -> Response {
-    state.metrics.bad_request("too_large");
+    state.metrics.admission.bad_request("too_large");
     error(
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("the body exceeds {} bytes", state.max_body_bytes),
@@ -209,14 +101,14 @@ async fn read_body(state: &State, body: Body) -> Result<Bytes, Response> {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(state)),
         Ok(Err(e)) => {
-            state.metrics.bad_request("body");
+            state.metrics.admission.bad_request("body");
             Err(error(
                 StatusCode::BAD_REQUEST,
                 format!("cannot read the body: {e}"),
             ))
         }
         Err(_) => {
-            state.metrics.bad_request("timeout");
+            state.metrics.admission.bad_request("timeout");
             Err(error(
                 StatusCode::REQUEST_TIMEOUT,
                 "the body was not sent in time",
@@ -229,19 +121,26 @@ async fn read_body(state: &State, body: Body) -> Result<Bytes, Response> {
 /// reloader would load it, off the runtime's workers (a large allowlist
 /// takes milliseconds to parse).
 async fn validate_allowlist(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
-    let started = Instant::now();
+    let timer = state.metrics.admission.timer(ALLOWLIST_ENDPOINT);
     let body = match review_body(&state, request).await {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(response) => {
+            timer.discard();
+            return response;
+        }
     };
     let checking = state.clone();
     let answered = tokio::task::spawn_blocking(move || {
-        admission::answer_allowlist(&body, |sources| checking.check_allowlist(sources))
+        admission::answer_allowlist(&body, |sources| {
+            supply::check_edit(sources, checking.installed.as_deref(), &checking.policy)
+                .map_err(|e| e.to_string())
+        })
     })
     .await;
     match answered {
-        Ok(answered) => answer(ALLOWLIST_ENDPOINT, &state, started, answered),
+        Ok(answered) => answer(ALLOWLIST_ENDPOINT, &state, timer, answered),
         Err(e) => {
+            timer.discard();
             tracing::error!(error = %e, "the allowlist check failed");
             error(StatusCode::INTERNAL_SERVER_ERROR, "the allowlist check failed")
         }
@@ -252,20 +151,23 @@ async fn validate_allowlist(Extract(state): Extract<Arc<State>>, request: Reques
 const ALLOWLIST_ENDPOINT: &str = "validate-allowlist";
 
 async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response {
-    let started = Instant::now();
+    let timer = state.metrics.admission.timer(endpoint.as_str());
     let body = match review_body(state, request).await {
         Ok(b) => b,
-        Err(response) => return response,
+        Err(response) => {
+            timer.discard();
+            return response;
+        }
     };
     let allowlist = state.allowlist.load();
     let answered = admission::answer(endpoint, &body, &state.policy, &allowlist);
-    answer(endpoint.as_str(), state, started, answered)
+    answer(endpoint.as_str(), state, timer, answered)
 }
 
 /// The body of a review request: JSON, within the size limit, sent in time.
 async fn review_body(state: &State, request: Request) -> Result<Bytes, Response> {
     if !is_json(&request) {
-        state.metrics.bad_request("content_type");
+        state.metrics.admission.bad_request("content_type");
         return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "send Content-Type: application/json",
@@ -283,33 +185,33 @@ async fn review_body(state: &State, request: Request) -> Result<Bytes, Response>
     read_body(state, request.into_body()).await
 }
 
-/// Counts and logs an answer, and sends it.
+/// Counts and logs an answer, and sends it; its time is recorded when
+/// `timer` drops, once the answer is built.
 fn answer(
     endpoint: &'static str,
     state: &State,
-    started: Instant,
+    timer: Timer,
     answered: Result<admission::Answer, admission::BadReview>,
 ) -> Response {
     let answer = match answered {
         Ok(a) => a,
         Err(bad) => {
-            state.metrics.bad_request(bad.label());
+            timer.discard();
+            state.metrics.admission.bad_request(bad.label());
             tracing::info!(endpoint, error = %bad, "refused a request that is not a usable AdmissionReview");
             return error(StatusCode::BAD_REQUEST, bad.to_string());
         }
     };
-    let elapsed = started.elapsed();
-    state.metrics.request(
-        RequestLabels {
-            endpoint,
-            kind: metrics::kind_label(&answer.kind),
-            operation: metrics::operation_label(&answer.operation),
-            verdict: answer.verdict.as_str(),
-        },
-        elapsed.as_secs_f64(),
-    );
+    let elapsed = timer.elapsed();
+    let admission = &state.metrics.admission;
+    admission.request(RequestLabels {
+        endpoint,
+        kind: metrics::kind_label(&answer.kind),
+        operation: metrics::operation_label(&answer.operation),
+        verdict: answer.verdict.as_str(),
+    });
     for (verdict, reason) in &answer.images {
-        state.metrics.image(verdict.label(), reason.label());
+        admission.image(verdict.label(), reason.label());
     }
     tracing::info!(
         endpoint,

@@ -1,6 +1,6 @@
 //! `serve --allowlist-csv`: the installed operators' ClusterServiceVersions,
 //! followed with a watch on a thread of its own, as allowlist sources the
-//! reloader merges with the files.
+//! supply merges with the files.
 //!
 //! Until every namespace named has been listed whole the server is not
 //! ready: an allowlist without the operator's digests would deny (or
@@ -11,12 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use super::State;
+use super::tasks;
 use crate::allowlist::Source;
+use crate::audit::Settings;
 use crate::audit::installed::{self, Csvs, Followed};
-use crate::audit::{Connection, Settings};
+use crate::metrics::{ReloadMetrics, Reloaded};
 
 /// The CSVs installed now, as the watch last saw them complete. Written by
 /// the watch thread, read by the reloader.
@@ -50,61 +51,65 @@ impl Installed {
 /// be used.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// Follows `specs` into `installed` until `stop` turns true, on a thread and
-/// runtime of its own (a relist of large CSVs never holds a worker reviews
-/// need).
+/// Follows `specs` into `installed` until `stop` is cancelled, on a thread
+/// and runtime of its own (a relist of large CSVs never holds a worker
+/// reviews need).
 pub fn spawn(
     specs: Vec<Csvs>,
     settings: Settings,
     installed: Arc<Installed>,
-    state: Arc<State>,
-    mut stop: watch::Receiver<bool>,
+    metrics: ReloadMetrics,
+    stop: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("csv-watch".into()).spawn(move || {
-        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(r) => r,
-            Err(e) => {
-                state.metrics.reload(SOURCE, false);
-                tracing::error!(error = %e, "installed ClusterServiceVersions: cannot start the watch's runtime");
-                return;
-            }
-        };
-        runtime.block_on(async move {
-            let failed = |error: &str| {
-                state.metrics.reload(SOURCE, false);
-                tracing::error!(%error, "installed ClusterServiceVersions: no cluster connection; retrying");
-            };
-            let Some(connection) = Connection::open_until_stopped(&settings, RETRY, &mut stop, failed).await else {
-                return;
-            };
-            let named: Vec<String> = specs.iter().map(Csvs::to_string).collect();
-            tracing::info!(server = %connection.server, csvs = %named.join(","), "watching the installed ClusterServiceVersions");
-            let tell = |followed| match followed {
-                Followed::Installed(sources) => {
-                    let names: Vec<&str> = sources
-                        .iter()
-                        .map(|s| s.name.strip_prefix(installed::INSTALLED).unwrap_or(&s.name))
-                        .collect();
-                    tracing::info!(csvs = %names.join(","), "installed ClusterServiceVersions changed");
-                    state.metrics.reload(SOURCE, true);
-                    installed.publish(sources);
-                }
-                Followed::Failed(error) => {
-                    state.metrics.reload(SOURCE, false);
-                    if installed.generation() == 0 {
-                        tracing::warn!(%error, "installed ClusterServiceVersions: cannot read them; retrying, not ready until they are read");
-                    } else {
-                        tracing::warn!(%error, "installed ClusterServiceVersions: the watch failed; retrying, the CSVs read last stay in force");
-                    }
-                }
-            };
-            tokio::select! {
-                () = installed::follow(&connection, &specs, tell) => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
-    })
+    let failed_metrics = metrics.clone();
+    let failed = move |e: &std::io::Error| {
+        failed_metrics.reload(Reloaded::InstalledCsvs, false);
+        tracing::error!(error = %e, "installed ClusterServiceVersions: cannot start the watch's runtime");
+    };
+    tasks::spawn(
+        "csv-watch",
+        move || watch(specs, settings, installed, metrics, stop),
+        failed,
+    )
 }
 
-/// The `source` label of this watch's reload counts.
-pub const SOURCE: &str = "installed-csvs";
+async fn watch(
+    specs: Vec<Csvs>,
+    settings: Settings,
+    installed: Arc<Installed>,
+    metrics: ReloadMetrics,
+    stop: CancellationToken,
+) {
+    let failed = |error: &str| {
+        metrics.reload(Reloaded::InstalledCsvs, false);
+        tracing::error!(%error, "installed ClusterServiceVersions: no cluster connection; retrying");
+    };
+    let Some(connection) = tasks::connect(&settings, RETRY, &stop, failed).await else {
+        return;
+    };
+    let named: Vec<String> = specs.iter().map(Csvs::to_string).collect();
+    tracing::info!(server = %connection.server, csvs = %named.join(","), "watching the installed ClusterServiceVersions");
+    let tell = |followed| match followed {
+        Followed::Installed(sources) => {
+            let names: Vec<&str> = sources
+                .iter()
+                .map(|s| s.name.strip_prefix(installed::INSTALLED).unwrap_or(&s.name))
+                .collect();
+            tracing::info!(csvs = %names.join(","), "installed ClusterServiceVersions changed");
+            metrics.reload(Reloaded::InstalledCsvs, true);
+            installed.publish(sources);
+        }
+        Followed::Failed(error) => {
+            metrics.reload(Reloaded::InstalledCsvs, false);
+            if installed.generation() == 0 {
+                tracing::warn!(%error, "installed ClusterServiceVersions: cannot read them; retrying, not ready until they are read");
+            } else {
+                tracing::warn!(%error, "installed ClusterServiceVersions: the watch failed; retrying, the CSVs read last stay in force");
+            }
+        }
+    };
+    tokio::select! {
+        () = installed::follow(&connection, &specs, tell) => {}
+        () = stop.cancelled() => {}
+    }
+}

@@ -271,6 +271,15 @@ pub fn ready_state() -> Arc<digest_gate::server::State> {
     Arc::new(state)
 }
 
+/// `serve`'s defaults, listening on ephemeral loopback ports.
+pub fn loopback_config() -> digest_gate::server::Config {
+    digest_gate::server::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    }
+}
+
 /// Starts the server in-process on ephemeral loopback ports with a fresh
 /// PKI and the example allowlist; `tune` adjusts the configuration.
 pub async fn start_server(
@@ -283,16 +292,15 @@ pub async fn start_server(
     let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert, &issued.cert_pem).unwrap();
     std::fs::write(&key, &issued.key_pem).unwrap();
-    let mut config = digest_gate::server::Config::new(
+    let inputs = digest_gate::server::Inputs {
         cert,
         key,
-        vec![root().join("examples/allowlist.yaml")],
-        digest_gate::policy::Policy::default(),
-    );
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.admin_listen = "127.0.0.1:0".parse().unwrap();
+        allowlists: vec![root().join("examples/allowlist.yaml")],
+        policy: digest_gate::policy::Policy::default(),
+    };
+    let mut config = loopback_config();
     tune(&mut config);
-    (digest_gate::server::start(config).await.unwrap(), pki)
+    (digest_gate::server::start(config, inputs).await.unwrap(), pki)
 }
 
 /// A plain-HTTP GET to the admin port.

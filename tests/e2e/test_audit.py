@@ -30,7 +30,7 @@ def against(kubeconfig: pathlib.Path, command: str, *args: str) -> subprocess.Co
     """`digest-gate COMMAND` against the cluster of `kubeconfig`, in an
     environment that holds no other kubeconfig."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost"}
-    return subprocess.run([str(binary()), command, "--kubeconfig", str(kubeconfig), "--request-timeout", "10s",
+    return subprocess.run([str(binary()), command, "--kubeconfig", str(kubeconfig), "--cluster-timeout", "10s",
                            *args], capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -128,6 +128,23 @@ def test_audit_finds_exactly_the_stale_objects_with_owner_chains(stale):
     assert {k: v for k, v in cm["images"][0].items() if k != "line"} == \
         {k: v for k, v in from_file["images"][0].items() if k != "line"}
     assert report["summary"]["rewrite"] == 5 and report["summary"]["deny"] == 0
+
+
+def test_the_old_timeout_flag_still_works_with_one_warning(stale):
+    # Before 0.7.2 the cluster timeout of audit and cleanup was
+    # --request-timeout / DIGEST_GATE_REQUEST_TIMEOUT, which serve uses for
+    # its webhook clients: the old spelling still reads the same, and says once
+    # what to write instead.
+    new = audit(stale.kubeconfig, "--namespace-selector", SELECTOR, "-o", "json")
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost"}
+    for spelling, extra_env in ((["--request-timeout", "10s"], {}), ([], {"DIGEST_GATE_REQUEST_TIMEOUT": "10s"})):
+        old = subprocess.run([str(binary()), "audit", "--kubeconfig", str(stale.kubeconfig), *spelling,
+                              "--allowlist", str(ALLOWLIST), "--namespace-selector", SELECTOR, "-o", "json"],
+                             capture_output=True, text=True, timeout=120, env={**env, **extra_env})
+        assert old.returncode == new.returncode == 1, old.stderr
+        assert findings(json.loads(old.stdout)) == findings(json.loads(new.stdout))
+        assert old.stderr.count("deprecated") == 1 and "--cluster-timeout" in old.stderr, old.stderr
+        assert "deprecated" not in new.stderr
 
 
 def test_audit_text_names_each_object_and_what_owns_it(stale):

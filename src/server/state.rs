@@ -1,0 +1,121 @@
+//! What every request shares: the allowlist in force, the decision
+//! settings, the metrics, and readiness.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use super::installed::Installed;
+use crate::allowlist::Allowlist;
+use crate::metrics::Metrics;
+use crate::policy::Policy;
+
+/// Whether the server takes new reviews. A [`State`] always holds an
+/// allowlist and is served only once its certificate is loaded; what makes
+/// a running server unready is draining, or an allowlist that is not yet
+/// the one it should serve (a source still to be read, or none usable).
+#[derive(Debug, Default)]
+pub struct Readiness {
+    draining: AtomicBool,
+    waiting: Mutex<Option<&'static str>>,
+}
+
+/// Why a server waits: the installed CSVs of `--allowlist-csv` not read yet.
+pub const WAITING_FOR_CSVS: &str =
+    "waiting for the installed operators' ClusterServiceVersions (--allowlist-csv)";
+/// Why a server waits: its allowlist does not load and no last good copy
+/// was kept.
+pub const WAITING_FOR_ALLOWLIST: &str =
+    "the allowlist cannot be used and no last good copy was kept; waiting for a usable one (see the log)";
+
+// === impl Readiness ===
+
+impl Readiness {
+    /// Starts draining: readiness fails from now on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Marks the allowlist in force as not the one to serve, and why, until
+    /// [`Self::complete`].
+    pub fn wait(&self, why: &'static str) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+
+    /// The allowlist in force is the one to serve.
+    pub fn complete(&self) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Whether [`Self::wait`] is in effect.
+    pub fn waiting(&self) -> bool {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn check(&self) -> Result<(), &'static str> {
+        if self.draining.load(Ordering::Acquire) {
+            return Err("shutting down");
+        }
+        match *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct State {
+    /// The allowlist in force: the supply swaps it whole, a request loads
+    /// it without a lock.
+    pub allowlist: Arc<ArcSwap<Allowlist>>,
+    pub policy: Policy,
+    pub metrics: Metrics,
+    pub ready: Arc<Readiness>,
+    /// Largest review body accepted.
+    pub max_body_bytes: usize,
+    /// Longest a client may take to send a body.
+    pub request_timeout: Duration,
+    /// The installed operators' CSVs (`--allowlist-csv`), which an edited
+    /// allowlist ConfigMap is checked merged with.
+    pub installed: Option<Arc<Installed>>,
+}
+
+// === impl State ===
+
+impl State {
+    /// State around an allowlist, with default limits: for tests and
+    /// in-process callers that serve one allowlist and never reload it.
+    pub fn new(allowlist: Allowlist, policy: Policy) -> Self {
+        let metrics = Metrics::new();
+        metrics
+            .reloads
+            .allowlist_size(allowlist.repository_count(), allowlist.digest_count());
+        Self::serving(
+            Arc::new(ArcSwap::from_pointee(allowlist)),
+            policy,
+            metrics,
+            Arc::default(),
+        )
+    }
+
+    /// State around the allowlist a supply keeps in force.
+    pub fn serving(
+        allowlist: Arc<ArcSwap<Allowlist>>,
+        policy: Policy,
+        metrics: Metrics,
+        ready: Arc<Readiness>,
+    ) -> Self {
+        Self {
+            allowlist,
+            policy,
+            metrics,
+            ready,
+            max_body_bytes: 8 * 1024 * 1024,
+            request_timeout: Duration::from_secs(10),
+            installed: None,
+        }
+    }
+}
