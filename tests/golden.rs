@@ -9,14 +9,14 @@
 //! changed for a user.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
 mod common;
 
-use common::{admin_get, review, root, start_server};
+use common::{admin_get, review, root, runtime_reviews, start_server};
 
 /// Compares `actual` with the golden file `name`, or writes it.
 fn assert_golden(name: &str, actual: &str) {
@@ -70,22 +70,23 @@ fn run(args: &[&str]) -> String {
     )
 }
 
-/// Directories of real manifests `check` is run over.
-fn fixture_directories() -> Vec<String> {
-    let mut dirs: Vec<String> = std::fs::read_dir(root().join("tests/fixtures/upstream"))
+/// The entries of `dir` (relative to the root) that `keep` keeps, as
+/// relative paths, with `more`, sorted.
+fn entries(dir: &str, keep: fn(&Path) -> bool, more: &str) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(root().join(dir))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .map(|p| {
-            format!(
-                "tests/fixtures/upstream/{}",
-                p.file_name().unwrap().to_string_lossy()
-            )
-        })
+        .filter(|p| keep(p))
+        .map(|p| format!("{dir}/{}", p.file_name().unwrap().to_string_lossy()))
         .collect();
-    dirs.push("examples/manifests".into());
-    dirs.sort();
-    dirs
+    found.push(more.to_owned());
+    found.sort();
+    found
+}
+
+/// Directories of real manifests `check` is run over.
+fn fixture_directories() -> Vec<String> {
+    entries("tests/fixtures/upstream", Path::is_dir, "examples/manifests")
 }
 
 fn slug(path: &str) -> String {
@@ -121,18 +122,7 @@ fn check_prints_what_it_printed_in_every_output_and_mode() {
 
 /// Every allowlist the tests use.
 fn allowlists() -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(root().join("tests/data/allowlists"))
-        .unwrap()
-        .map(|e| {
-            format!(
-                "tests/data/allowlists/{}",
-                e.unwrap().file_name().to_string_lossy()
-            )
-        })
-        .collect();
-    files.push("examples/allowlist.yaml".into());
-    files.sort();
-    files
+    entries("tests/data/allowlists", Path::is_file, "examples/allowlist.yaml")
 }
 
 #[test]
@@ -224,35 +214,11 @@ fn metric_families(text: &str) -> String {
     out
 }
 
-/// The incident's runtimes, and every other upstream runtime, reviewed.
-fn reviews() -> Vec<Value> {
-    let dir = root().join("tests/fixtures/upstream/servingruntimes");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f: &PathBuf| documents(f))
-        .filter(Value::is_object)
-        .collect()
-}
-
-fn documents(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    digest_gate::yaml::parse_stream(&text)
-        .unwrap()
-        .into_iter()
-        .map(|d| d.value)
-        .collect()
-}
-
 #[tokio::test]
 async fn metrics_after_the_incident_reviews_are_what_they_were() {
     let (running, pki) = start_server("golden-metrics", |_| {}).await;
     let mut client = common::Client::open(running.webhook_addr, &pki.ca_pem).await;
-    let objects = reviews();
+    let objects: Vec<Value> = runtime_reviews().into_iter().map(|(_, o)| o).collect();
     assert!(objects.len() >= 12, "{}", objects.len());
     for (i, object) in objects.iter().enumerate() {
         for endpoint in ["/mutate", "/validate"] {

@@ -376,25 +376,6 @@ impl Harness {
     }
 }
 
-fn runtime_reviews() -> Vec<(String, Value)> {
-    let dir = root().join("tests/fixtures/upstream/servingruntimes");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        for doc in digest_gate::yaml::parse_stream(&text).unwrap() {
-            if doc.value.is_object() {
-                out.push((f.file_name().unwrap().to_string_lossy().into_owned(), doc.value));
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn upstream_fixtures_over_tls_patch_and_settle() {
     let h = start("fixtures", Policy::default(), false).await;

@@ -319,3 +319,24 @@ pub async fn admin_get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// Every object of the upstream ServingRuntime fixtures (runtimes,
+/// ConfigMaps, Templates), with the file it came from, in file order.
+pub fn runtime_reviews() -> Vec<(String, serde_json::Value)> {
+    let dir = root().join("tests/fixtures/upstream/servingruntimes");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for doc in digest_gate::yaml::parse_stream(&text).unwrap() {
+            if doc.value.is_object() {
+                out.push((f.file_name().unwrap().to_string_lossy().into_owned(), doc.value));
+            }
+        }
+    }
+    out
+}

@@ -371,6 +371,9 @@ class WebhookPod:
         self.port = port
         self.admin_port = free_port()
         self.process: Process | None = None
+        # The digest-gate build the pod runs: this checkout's unless a test
+        # plays an older release (harness.previous_build).
+        self.binary: pathlib.Path | None = None
         self.args: list[str] = []
         self.env: dict[str, str] = {}
         # The mounted volumes by name, as the Deployment declares them.
@@ -482,7 +485,7 @@ class WebhookPod:
         return self._run(timeout, ready)
 
     def _run(self, timeout: float, ready: bool) -> "WebhookPod":
-        self.process = Process("digest-gate", [str(binary()), *self.args], self.log_path, env=self.env)
+        self.process = Process("digest-gate", [str(self.binary or binary()), *self.args], self.log_path, env=self.env)
 
         def is_ready():
             self.process.check_alive()

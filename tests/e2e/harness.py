@@ -4,7 +4,9 @@ digest-gate release installed with real Helm (helm-python-sdk)."""
 from __future__ import annotations
 
 import copy
+import os
 import pathlib
+import shutil
 import subprocess
 
 import helm_python as helm
@@ -180,6 +182,25 @@ class Release:
     def ca_bundles(self) -> dict[str, str]:
         return {f"{o['kind']}/{w['name']}": w["clientConfig"]["caBundle"]
                 for o in self.webhook_configurations() for w in o["webhooks"]}
+
+
+def previous_build(commit: str) -> pathlib.Path:
+    """digest-gate as built at `commit` (the binary alone, debug), from git
+    history, cached by commit beside the control plane (a fresh machine
+    builds it once, in about 2-3 minutes on 2 cores)."""
+    cache = pathlib.Path(os.environ.get("DIGEST_GATE_E2E_CACHE",
+                                        pathlib.Path.home() / ".cache" / "digest-gate-e2e")) / f"digest-gate-{commit}"
+    built = cache / "target" / "debug" / "digest-gate"
+    if built.exists():
+        return built
+    source = cache / "source"
+    shutil.rmtree(source, ignore_errors=True)
+    source.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    subprocess.run(["cargo", "build", "--locked", "--quiet", "--bin", "digest-gate"], cwd=source, check=True,
+                   env={**os.environ, "CARGO_TARGET_DIR": str(cache / "target")})
+    return built
 
 
 def previous_chart(version: str, into: pathlib.Path) -> pathlib.Path:

@@ -16,7 +16,7 @@ import pytest
 
 from cluster import ROOT, ControlPlane, free_port, wait_until
 from harness import (FIXTURES, FULLNAME, INCIDENT_IMAGE, PROMOTED_IMAGE, RELEASE, RELEASE_NAMESPACE,
-                     incident_runtime, load_yaml)
+                     incident_runtime, load_yaml, previous_build)
 from support import binary
 
 ALLOWLIST = ROOT / "examples" / "allowlist.yaml"
@@ -380,6 +380,52 @@ def test_the_webhooks_background_audit_finds_the_same_and_leaves_with_the_releas
     for kind, namespace in (("job", RELEASE_NAMESPACE), ("serviceaccount", RELEASE_NAMESPACE),
                             ("clusterrole", None), ("clusterrolebinding", None)):
         assert cluster.get(kind, cleanup, namespace) is None, kind
+
+
+# The build before issue 29 restructured serve (chart 0.7.1 as released).
+PREVIOUS_BUILD = "2e31678"
+
+
+def written_by_audit(cluster: ControlPlane) -> dict[tuple[str, str, str], tuple[str, dict]]:
+    """What the audit wrote, by (resource, namespace, name): its
+    resourceVersion and what a reader sees of it."""
+    out = {}
+    for kind in (POLICY_REPORT, "events"):
+        listing = cluster.kubectl("get", kind, "-A", "-l", "app.kubernetes.io/managed-by=digest-gate", "-o", "json")
+        for o in json.loads(listing.stdout)["items"]:
+            meta = o["metadata"]
+            seen = ({"results": o["results"], "summary": o["summary"], "scope": o.get("scope")}
+                    if kind == POLICY_REPORT else
+                    {k: o.get(k) for k in ("involvedObject", "reason", "message", "count", "type")})
+            out[(kind, meta["namespace"], meta["name"])] = (meta["resourceVersion"], seen)
+    return out
+
+
+def test_a_rerun_by_this_build_leaves_what_the_previous_build_wrote_unchanged(report_crds, release):
+    cluster = report_crds
+    release.pod.binary = previous_build(PREVIOUS_BUILD)
+    release.install({"audit": {"enabled": True, "interval": "1h", "events": True,
+                               "policyReports": {"enabled": True, "installCRDs": True},
+                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}}})
+    pod = release.pod
+    wait_until("the previous build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+    before = written_by_audit(cluster)
+    assert sum(1 for k in before if k[0] == POLICY_REPORT) == 2 and sum(1 for k in before if k[0] == "events") == 5
+
+    # The same pod, its container now this build's.
+    pod.binary = None
+    pod.restart_container()
+    wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+    expected = {"ConfigMap": 1, "ServingRuntime": 1, "Deployment": 1, "ReplicaSet": 1, "Pod": 1}
+    for kind, n in expected.items():
+        assert pod.metric("digest_gate_audit_findings", kind=kind, verdict="rewrite") == n, kind
+    after = written_by_audit(cluster)
+    # Nothing rewritten, nothing added: the same objects at the same versions.
+    assert after == before
+    release.uninstall()
+    assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
 
 
 # --- what --policy-reports and --events write --------------------------------
