@@ -144,9 +144,11 @@ pub struct AdmissionMetrics {
 
 /// Times one review from its start; records into the latency histogram
 /// when dropped, unless [`Timer::discard`]ed (a request refused before
-/// review is counted apart, not timed).
+/// review is counted apart, not timed). The endpoint's series is made only
+/// then, as for the request counter: a refused request makes none.
 pub struct Timer {
-    histogram: Option<Histogram>,
+    histograms: Option<Family<EndpointLabels, Histogram>>,
+    endpoint: &'static str,
     started: std::time::Instant,
 }
 
@@ -158,14 +160,17 @@ impl Timer {
 
     /// Records nothing.
     pub fn discard(mut self) {
-        self.histogram = None;
+        self.histograms = None;
     }
 }
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        if let Some(h) = &self.histogram {
-            h.observe(self.started.elapsed().as_secs_f64());
+        if let Some(histograms) = &self.histograms {
+            let endpoint = self.endpoint;
+            histograms
+                .get_or_create(&EndpointLabels { endpoint })
+                .observe(self.started.elapsed().as_secs_f64());
         }
     }
 }
@@ -210,7 +215,8 @@ impl AdmissionMetrics {
     /// Starts timing a review on `endpoint`.
     pub fn timer(&self, endpoint: &'static str) -> Timer {
         Timer {
-            histogram: Some(self.duration.get_or_create(&EndpointLabels { endpoint }).clone()),
+            histograms: Some(self.duration.clone()),
+            endpoint,
             started: std::time::Instant::now(),
         }
     }
@@ -566,6 +572,18 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_discarded_timer_records_nothing_and_makes_no_series() {
+        let m = Metrics::new();
+        m.admission.timer("validate-allowlist").discard();
+        assert!(!m.encode().contains("endpoint=\"validate-allowlist\""));
+        drop(m.admission.timer("validate"));
+        assert!(
+            m.encode()
+                .contains("digest_gate_admission_duration_seconds_count{endpoint=\"validate\"} 1")
+        );
     }
 
     #[test]

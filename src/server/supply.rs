@@ -246,7 +246,6 @@ impl Supply {
         if let Some(why) = unready {
             ready.wait(why);
         }
-        let first = Arc::new(loaded.allowlist);
         let supply = Self {
             paths,
             policy,
@@ -255,13 +254,14 @@ impl Supply {
             kept,
             seen,
             stat,
-            in_force: Arc::new(ArcSwap::new(first.clone())),
-            published: watch::Sender::new(first.clone()),
+            // Empty only until the first is put in force, below.
+            in_force: Arc::default(),
+            published: watch::Sender::new(Arc::default()),
             metrics,
             ready,
         };
         supply.metrics.reload(Reloaded::Allowlist, !stale);
-        supply.put_in_force(first, &loaded.warnings, stale);
+        supply.put_in_force(Arc::new(loaded.allowlist), &loaded.warnings, stale);
         Ok(supply)
     }
 
