@@ -147,9 +147,22 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
 type LeaseTask =
     tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>;
 
+/// Why the background audit cannot take part in its election.
+#[derive(Debug, thiserror::Error)]
+#[error("Lease {namespace}/{name}: {source}")]
+pub struct LeaseError {
+    namespace: String,
+    name: String,
+    #[source]
+    source: kube_lease_manager::LeaseManagerError,
+}
+
 /// Joins the election for Lease `name` (`ns/name` or `name` in the
 /// connection's namespace; the chart creates it, so it must exist).
-async fn elect(connection: &Connection, name: &str) -> Result<(watch::Receiver<bool>, LeaseTask), String> {
+async fn elect(
+    connection: &Connection,
+    name: &str,
+) -> Result<(watch::Receiver<bool>, LeaseTask), LeaseError> {
     let (namespace, name) = match name.split_once('/') {
         Some((ns, n)) => (ns.to_owned(), n.to_owned()),
         None => (connection.namespace.clone(), name.to_owned()),
@@ -166,7 +179,11 @@ async fn elect(connection: &Connection, name: &str) -> Result<(watch::Receiver<b
         .with_grace(LEASE_GRACE_SECONDS)
         .build()
         .await
-        .map_err(|e| format!("Lease {namespace}/{name}: {e}"))?;
+        .map_err(|source| LeaseError {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            source,
+        })?;
     Ok(manager.watch().await)
 }
 
