@@ -15,7 +15,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::allowlist::{Allowlist, Source};
+use crate::allowlist::{Allowlist, Source, SourceKind};
 use crate::judge::{self, ImageJudgement, Judgement, ObjectVerdict, Outcome};
 use crate::objects;
 use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
@@ -297,6 +297,7 @@ fn configmap_sources(object: &serde_json::Map<String, Value>) -> Result<Vec<Sour
             Some(text) => sources.push(Source {
                 name: key.clone(),
                 text: text.to_owned(),
+                kind: SourceKind::ConfigMapKey,
             }),
             None => errors.push(format!("{key}: is not a string")),
         }
@@ -309,6 +310,7 @@ fn configmap_sources(object: &serde_json::Map<String, Value>) -> Result<Vec<Sour
             Some(Ok(text)) => sources.push(Source {
                 name: key.clone(),
                 text,
+                kind: SourceKind::ConfigMapKey,
             }),
             _ => errors.push(format!("{key}: is not UTF-8 text")),
         }

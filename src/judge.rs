@@ -19,10 +19,8 @@ use serde_json::{Map, Value};
 
 use crate::allowlist::Allowlist;
 use crate::objects::{self, Embedded, Role, Site, Walk};
-use crate::policy::{
-    Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason, Trigger, Verdict, short_digest,
-};
-use crate::reference;
+use crate::policy::{Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason, Trigger, Verdict};
+use crate::reference::{self, short_digest};
 use crate::text::{self, Cut};
 use crate::yaml::{self, Edit, Offsets};
 

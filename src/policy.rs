@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted, Provenance};
-use crate::reference::{self, Placeholder, Reference, ReferenceError};
+use crate::reference::{self, Placeholder, Reference, ReferenceError, short_digest};
 use crate::text::{self, Cut};
 
 /// How non-compliant images are handled.
@@ -383,38 +383,44 @@ impl Policy {
                 }
             };
         }
-        match (r.digest(), r.tag()) {
-            (Some(digest), _) if candidates.is_promoted(digest) => Finding::Promoted,
-            (Some(digest), tag) => match target(&candidates, tag) {
-                Some((p, rule)) => Finding::Rewrite {
-                    to: r.pinned(p.digest()),
-                    trigger: Trigger::UnpromotedDigest {
-                        digest: digest.to_owned(),
-                    },
-                    rule,
-                    by: promoted_by(&candidates, p),
-                },
-                None => Finding::Deny(Denial::DigestNotPromoted {
+        listed(&r, &candidates)
+    }
+}
+
+/// The finding for an image of a listed repository, from its digest, or
+/// else its tag.
+fn listed(r: &Reference<'_>, candidates: &Candidates<'_>) -> Finding {
+    match (r.digest(), r.tag()) {
+        (Some(digest), _) if candidates.is_promoted(digest) => Finding::Promoted,
+        (Some(digest), tag) => match target(candidates, tag) {
+            Some((p, rule)) => Finding::Rewrite {
+                to: r.pinned(p.digest()),
+                trigger: Trigger::UnpromotedDigest {
                     digest: digest.to_owned(),
-                    candidates: listing(&r, &candidates),
-                }),
-            },
-            (None, Some(tag)) => match candidates.digest_for_tag(tag) {
-                Some(p) => Finding::Rewrite {
-                    to: r.pinned(p.digest()),
-                    trigger: Trigger::TagOnly { tag: tag.to_owned() },
-                    rule: TargetRule::Tag,
-                    by: promoted_by(&candidates, p),
                 },
-                None => Finding::Deny(Denial::UnknownTag {
-                    tag: tag.to_owned(),
-                    candidates: listing(&r, &candidates),
-                }),
+                rule,
+                by: promoted_by(candidates, p),
             },
-            (None, None) => Finding::Deny(Denial::NoTagOrDigest {
-                candidates: listing(&r, &candidates),
+            None => Finding::Deny(Denial::DigestNotPromoted {
+                digest: digest.to_owned(),
+                candidates: listing(r, candidates),
             }),
-        }
+        },
+        (None, Some(tag)) => match candidates.digest_for_tag(tag) {
+            Some(p) => Finding::Rewrite {
+                to: r.pinned(p.digest()),
+                trigger: Trigger::TagOnly { tag: tag.to_owned() },
+                rule: TargetRule::Tag,
+                by: promoted_by(candidates, p),
+            },
+            None => Finding::Deny(Denial::UnknownTag {
+                tag: tag.to_owned(),
+                candidates: listing(r, candidates),
+            }),
+        },
+        (None, None) => Finding::Deny(Denial::NoTagOrDigest {
+            candidates: listing(r, candidates),
+        }),
     }
 }
 
@@ -526,12 +532,6 @@ fn shown(image: &str) -> Cow<'_, str> {
 /// errors echo input too).
 fn tidy(message: String) -> String {
     text::one_line_owned(message, MAX_MESSAGE, Cut::End)
-}
-
-/// `sha256:` and the first 12 hex characters.
-pub fn short_digest(digest: &str) -> &str {
-    // "sha256:" + 12 hex characters, enough to tell digests apart by eye.
-    digest.get(..19).unwrap_or(digest)
 }
 
 fn join_candidates(c: &[String]) -> String {

@@ -298,6 +298,12 @@ fn is_digest_algorithm(s: &str) -> bool {
     !s.is_empty() && !expect_start
 }
 
+/// `sha256:` and the first 12 hex characters: enough to tell digests apart
+/// by eye in a message.
+pub fn short_digest(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
+}
+
 /// Validates a standalone digest (`algorithm:hex`), as allowlists write them.
 pub fn validate_digest_str(digest: &str) -> Result<(), ReferenceError> {
     validate_digest(digest)

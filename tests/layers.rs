@@ -1,123 +1,240 @@
-//! The server's place in the layers, checked on the source: nothing below
-//! it imports from it, and its own modules import one another without a
-//! circle (test code aside: a test may reach across).
+//! The layers, checked on the source, test code aside (a test may reach
+//! across): no module imports from a layer above its own, no files import
+//! one another in a circle, and no function runs over 80 lines.
+//!
+//! The floors, bottom up, as ARCHITECTURE.md draws them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 mod common;
 
-/// The code of a file before its `#[cfg(test)]` module.
-fn production(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    match text.find("#[cfg(test)]") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    }
+const LAYERS: &[&[&str]] = &[
+    &["text", "reference", "yaml", "flags"],
+    &["objects", "allowlist"],
+    &["policy"],
+    &["judge"],
+    &["admission", "report", "sarif", "metrics"],
+    &["check", "audit", "registry", "preflight"],
+    &["server"],
+    &["cli"],
+];
+
+/// The longest function outside tests.
+const MAX_FUNCTION_LINES: usize = 80;
+
+fn level(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|floor| floor.contains(&module))
 }
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
+/// A file's code without its test module (`#[cfg(test)] mod …`, last in
+/// the file by this project's convention).
+fn production(text: &str) -> &str {
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]") {
+        let at = from + at;
+        let next = text[at + "#[cfg(test)]".len()..].trim_start();
+        if next.starts_with("mod ") || next.starts_with("pub mod ") {
+            return &text[..at];
         }
+        from = at + 1;
     }
-    out.sort();
-    out
+    text
 }
 
-#[test]
-fn nothing_below_the_server_imports_from_it() {
-    let src = common::root().join("src");
-    let mut offenders = Vec::new();
-    for file in rust_files(&src) {
-        let rel = file.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
-        // Above the server: the command line and the binary.
-        if rel.starts_with("server/") || ["cli.rs", "main.rs", "lib.rs"].contains(&rel.as_str()) {
-            continue;
-        }
-        if production(&file).contains("crate::server") {
-            offenders.push(rel);
-        }
-    }
-    assert!(offenders.is_empty(), "import from server: {offenders:?}");
+struct File {
+    /// The path under `src/`, e.g. `server/supply.rs`.
+    rel: String,
+    code: String,
 }
 
-/// `use super::a::…`, `use super::{a, b::c}` and `super::a::f` paths of a
-/// server module, as the sibling modules they name.
-fn siblings(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    for (at, _) in code.match_indices("super::") {
-        let rest = &code[at + "super::".len()..];
-        let names: Vec<&str> = match rest.strip_prefix('{') {
-            Some(group) => group[..group.find('}').unwrap_or(group.len())]
-                .split(',')
-                .map(str::trim)
-                .collect(),
-            None => vec![rest],
-        };
-        for name in names {
-            let head: String = name
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if modules.contains(&head) {
-                found.insert(head);
+fn files() -> Vec<File> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
             }
         }
     }
+    let src = common::root().join("src");
+    let mut paths = Vec::new();
+    walk(&src, &mut paths);
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            File {
+                rel: p.strip_prefix(&src).unwrap().to_string_lossy().into_owned(),
+                code: production(&text).to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The top-level module a file belongs to (`allowlist` for
+/// `allowlist/load.rs`, `yaml` for `yaml.rs`).
+fn top(rel: &str) -> &str {
+    rel.split('/').next().unwrap().trim_end_matches(".rs")
+}
+
+/// The identifiers right after each `prefix` in `code`, and after each
+/// name of a `prefix{a, b::c}` group.
+fn after<'a>(code: &'a str, prefix: &str) -> Vec<&'a str> {
+    let ident = |s: &'a str| {
+        let end = s
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        &s[..end]
+    };
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices(prefix) {
+        let rest = &code[at + prefix.len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                found.extend(group.split(',').map(|n| ident(n.trim())));
+            }
+            None => found.push(ident(rest)),
+        }
+    }
+    found.retain(|n| !n.is_empty());
     found
 }
 
-#[test]
-fn the_server_modules_import_one_another_without_a_circle() {
-    let dir = common::root().join("src/server");
-    let files: BTreeMap<String, PathBuf> = rust_files(&dir)
-        .into_iter()
-        .filter(|f| f.file_name().unwrap() != "mod.rs")
-        .map(|f| (f.file_stem().unwrap().to_string_lossy().into_owned(), f))
-        .collect();
-    let modules: BTreeSet<String> = files.keys().cloned().collect();
-    assert!(modules.len() >= 10, "{modules:?}");
-    let graph: BTreeMap<String, BTreeSet<String>> = files
-        .iter()
-        .map(|(name, file)| {
-            let mut uses = siblings(&production(file), &modules);
-            uses.remove(name);
-            (name.clone(), uses)
-        })
-        .collect();
-    // The supply is what the reload thread and the routes use, and the
-    // graph is not trivially empty.
-    assert!(
-        graph["reload"].contains("supply") && graph["http"].contains("supply"),
-        "{graph:?}"
-    );
-    // Depth-first: a module met again while still on the path closes a circle.
+/// Fails naming a circle if `graph` has one.
+fn assert_no_circle(graph: &BTreeMap<String, BTreeSet<String>>, what: &str) {
     fn visit<'a>(
-        module: &'a str,
+        node: &'a str,
         graph: &'a BTreeMap<String, BTreeSet<String>>,
         path: &mut Vec<&'a str>,
         done: &mut BTreeSet<&'a str>,
+        what: &str,
     ) {
-        if let Some(at) = path.iter().position(|m| *m == module) {
-            panic!("import circle: {} -> {module}", path[at..].join(" -> "));
+        if let Some(at) = path.iter().position(|n| *n == node) {
+            panic!("{what} import circle: {} -> {node}", path[at..].join(" -> "));
         }
-        if !done.insert(module) {
+        if !done.insert(node) {
             return;
         }
-        path.push(module);
-        for next in &graph[module] {
-            visit(next, graph, path, done);
+        path.push(node);
+        for next in graph.get(node).into_iter().flatten() {
+            visit(next, graph, path, done, what);
         }
         path.pop();
     }
     let mut done = BTreeSet::new();
-    for module in graph.keys() {
-        visit(module, &graph, &mut Vec::new(), &mut done);
+    for node in graph.keys() {
+        visit(node, graph, &mut Vec::new(), &mut done, what);
     }
+}
+
+#[test]
+fn no_module_imports_from_a_layer_above_its_own() {
+    let mut against = Vec::new();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files() {
+        let from = top(&file.rel);
+        let Some(floor) = level(from) else { continue };
+        for to in after(&file.code, "crate::") {
+            let Some(to_floor) = level(to) else { continue };
+            if to == from {
+                continue;
+            }
+            graph.entry(from.to_owned()).or_default().insert(to.to_owned());
+            if to_floor > floor {
+                against.push(format!("{} -> {to}", file.rel));
+            }
+        }
+    }
+    assert!(against.is_empty(), "imports against the layers: {against:?}");
+    assert!(
+        graph["server"].contains("audit") && graph["judge"].contains("policy"),
+        "{graph:?}"
+    );
+    assert_no_circle(&graph, "module");
+}
+
+#[test]
+fn files_of_one_module_import_one_another_without_a_circle() {
+    let files = files();
+    // Each directory's files, by name: siblings import each other as
+    // `super::name` or `crate::dir::name`.
+    let mut dirs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        if let Some((dir, name)) = f.rel.rsplit_once('/') {
+            let name = name.trim_end_matches(".rs");
+            if name != "mod" {
+                dirs.entry(dir.to_owned()).or_default().insert(name.to_owned());
+            }
+        }
+    }
+    let mut checked = 0;
+    for (dir, siblings) in &dirs {
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for f in files
+            .iter()
+            .filter(|f| f.rel.rsplit_once('/').is_some_and(|(d, _)| d == dir))
+        {
+            let name = f.rel.rsplit_once('/').unwrap().1.trim_end_matches(".rs");
+            let named = after(&f.code, "super::")
+                .into_iter()
+                .chain(after(&f.code, &format!("crate::{}::", dir.replace('/', "::"))));
+            let uses: BTreeSet<String> = named
+                .filter(|n| siblings.contains(*n) && *n != name)
+                .map(str::to_owned)
+                .collect();
+            graph.insert(name.to_owned(), uses);
+        }
+        assert_no_circle(&graph, dir);
+        checked += graph.len();
+    }
+    assert!(checked >= 25, "{checked} files checked");
+}
+
+#[test]
+fn no_function_runs_over_80_lines() {
+    let mut long = Vec::new();
+    for file in files() {
+        let lines: Vec<&str> = file.code.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let trimmed = line.trim_start();
+            let is_fn = [
+                "fn ",
+                "pub fn ",
+                "async fn ",
+                "pub async fn ",
+                "pub(crate) fn ",
+                "const fn ",
+                "pub const fn ",
+            ]
+            .iter()
+            .any(|p| trimmed.starts_with(p));
+            if !is_fn || line.trim_end().ends_with(';') {
+                continue;
+            }
+            // The body ends at the first `}` line indented as the `fn`.
+            let indent = &line[..line.len() - trimmed.len()];
+            let close = format!("{indent}}}");
+            if let Some(end) = lines[i + 1..].iter().position(|l| *l == close)
+                && end + 2 > MAX_FUNCTION_LINES
+            {
+                let name: String = trimmed
+                    .split("fn ")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                long.push(format!("{}:{} {name} ({} lines)", file.rel, i + 1, end + 2));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines: {long:?}"
+    );
 }

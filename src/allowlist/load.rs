@@ -13,6 +13,7 @@ use std::sync::Arc;
 use saphyr_parser::Span;
 use serde_json::Value;
 
+use super::error::{LoadError, LoadErrors};
 use super::native::{self, Refused, Sink};
 use super::{Allowlist, Builder, Origin, Provenance};
 use crate::reference;
@@ -45,46 +46,6 @@ impl fmt::Display for Format {
     }
 }
 
-/// A problem in an allowlist source, located as precisely as the source
-/// allows: file, line, and the entry's path in the document.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadError {
-    pub file: String,
-    pub line: Option<usize>,
-    /// The entry, e.g. `spec.repositories[2].digests[0]`.
-    pub entry: Option<String>,
-    pub message: String,
-}
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
-        }
-        if let Some(entry) = &self.entry {
-            write!(f, ": {entry}")?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-/// Every problem found while loading; loading fails if there is any.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct LoadErrors(pub Vec<LoadError>);
-
-impl fmt::Display for LoadErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{e}")?;
-        }
-        Ok(())
-    }
-}
-
 /// What one source contributed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceSummary {
@@ -103,136 +64,6 @@ pub struct Loaded {
     pub warnings: Vec<LoadError>,
 }
 
-/// What `allowlist lint` says of loaded sources.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lint {
-    /// What each source promotes, the totals, then one `warning:` line each.
-    pub report: String,
-    pub warnings: usize,
-}
-
-/// Lints loaded sources: what each promotes, and what would surprise the
-/// people relying on it (skipped entries, nothing promoted, several digests
-/// with no way to pick a rewrite target).
-pub fn lint(loaded: &Loaded) -> Lint {
-    let list = &loaded.allowlist;
-    let digests = digests_by_provenance(list);
-    let mut report = String::new();
-    for s in &loaded.sources {
-        report.push_str(&format!(
-            "{}: {}, {} promoted image(s)\n",
-            s.file, s.format, s.entries
-        ));
-        // What each object in it promotes.
-        for (id, p) in list.provenances().iter().enumerate() {
-            if *p.source != *s.file {
-                continue;
-            }
-            let release = p
-                .version
-                .as_ref()
-                .map(|v| format!(" (release {v})"))
-                .unwrap_or_default();
-            report.push_str(&format!(
-                "  {}{release}: {} digest(s)\n",
-                p.origin,
-                digests.get(id).copied().unwrap_or(0)
-            ));
-        }
-    }
-    let mut warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("warning: {w}")).collect();
-    let mut notes = Vec::new();
-    if list.repository_count() == 0 {
-        warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
-    }
-    for repo in list.repositories() {
-        if repo.digest_count() < 2 {
-            continue;
-        }
-        let sources: std::collections::BTreeSet<u32> = repo
-            .digests()
-            .flat_map(|p| p.promotions().map(|q| q.provenance))
-            .collect();
-        let newest = list.candidates(repo.name()).newest_release();
-        if sources.len() < 2 {
-            if repo.rewrite_to().is_none() {
-                warnings.push(format!(
-                    "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
-                    repo.name(),
-                    repo.digest_count()
-                ));
-            }
-            continue;
-        }
-        let by: Vec<String> = repo
-            .digests()
-            .map(|p| {
-                let mut origins: Vec<&str> = Vec::new();
-                for q in p.promotions().filter_map(|q| list.provenance(q.provenance)) {
-                    if !origins.contains(&q.origin.as_str()) {
-                        origins.push(&q.origin);
-                    }
-                }
-                format!(
-                    "{} by {}",
-                    crate::policy::short_digest(p.digest()),
-                    origins.join(" and ")
-                )
-            })
-            .collect();
-        let line = format!(
-            "{} is promoted with different digests by {} sources ({})",
-            repo.name(),
-            sources.len(),
-            by.join("; ")
-        );
-        match (repo.rewrite_to(), newest) {
-            (Some(t), _) => notes.push(format!(
-                "note: {line}: rewriteTo {} decides",
-                crate::policy::short_digest(t.digest())
-            )),
-            (None, Some((_, release))) => notes.push(format!(
-                "note: {line}: rewrites go to the newest release's, {}",
-                release.release().unwrap_or_default()
-            )),
-            (None, None) => warnings.push(format!(
-                "warning: {line}: no release order or rewriteTo picks one, so unpromoted digests and untagged references to it are denied, not rewritten"
-            )),
-        }
-    }
-    report.push_str(&format!(
-        "total: {} repositories, {} promoted digests, {} mirror rules, {} exemptions\n",
-        list.repository_count(),
-        list.digest_count(),
-        list.mirror_rules().len(),
-        list.exemptions().len()
-    ));
-    for line in notes.iter().chain(&warnings) {
-        report.push_str(line);
-        report.push('\n');
-    }
-    Lint {
-        report,
-        warnings: warnings.len(),
-    }
-}
-
-/// How many (repository, digest) pairs each source object promotes.
-fn digests_by_provenance(list: &Allowlist) -> Vec<usize> {
-    let mut counts = vec![0; list.provenances().len()];
-    for p in list.repositories().flat_map(|r| r.digests()) {
-        let mut ids: Vec<u32> = p.promotions().map(|q| q.provenance).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        for id in ids {
-            if let Some(c) = counts.get_mut(id as usize) {
-                *c += 1;
-            }
-        }
-    }
-    counts
-}
-
 /// Loads and merges every file named, reading directories one level deep and
 /// skipping hidden entries (a mounted ConfigMap's `..data` and friends).
 pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
@@ -245,6 +76,23 @@ pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
 pub trait Input {
     fn name(&self) -> &str;
     fn open(&self) -> io::Result<Box<dyn BufRead + '_>>;
+    /// What the source is; a file unless said otherwise.
+    fn kind(&self) -> SourceKind {
+        SourceKind::File
+    }
+}
+
+/// What an allowlist source is, which its provenance names: a CSV read from
+/// the cluster is `ClusterServiceVersion <name> (installed)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// A file (in the cluster: a mounted ConfigMap's key).
+    #[default]
+    File,
+    /// A key of an allowlist ConfigMap under review (`/validate-allowlist`).
+    ConfigMapKey,
+    /// An installed operator's ClusterServiceVersion, read from the cluster.
+    InstalledCsv,
 }
 
 /// Each of `sources` as an [`Input`], for [`load_sources`].
@@ -258,6 +106,7 @@ pub fn inputs<T: Input>(sources: &[T]) -> impl Iterator<Item = &dyn Input> {
 pub struct Source {
     pub name: String,
     pub text: String,
+    pub kind: SourceKind,
 }
 
 impl Input for Source {
@@ -267,6 +116,10 @@ impl Input for Source {
 
     fn open(&self) -> io::Result<Box<dyn BufRead + '_>> {
         Ok(Box::new(self.text.as_bytes()))
+    }
+
+    fn kind(&self) -> SourceKind {
+        self.kind
     }
 }
 
@@ -400,6 +253,7 @@ pub fn load_text(name: &str, text: &str) -> Result<Loaded, LoadErrors> {
     let source = Source {
         name: name.to_owned(),
         text: text.to_owned(),
+        kind: SourceKind::File,
     };
     load_sources([&source as &dyn Input])
 }
@@ -443,6 +297,8 @@ struct Loader {
     sources: Vec<SourceSummary>,
     errors: Vec<LoadError>,
     warnings: Vec<LoadError>,
+    /// What the source being read is.
+    kind: SourceKind,
 }
 
 struct Ctx<'a> {
@@ -505,6 +361,7 @@ impl Loader {
     /// parser made of the part it read.
     fn source(&mut self, input: &dyn Input) {
         let file = input.name();
+        self.kind = input.kind();
         let before = self.errors.len();
         match self.read(file, input) {
             Ok((format, entries)) => {
@@ -775,7 +632,7 @@ impl Loader {
             origin: format!(
                 "ClusterServiceVersion {}{}",
                 name.unwrap_or("(unnamed)"),
-                if ctx.file.starts_with(crate::audit::installed::INSTALLED) {
+                if self.kind == SourceKind::InstalledCsv {
                     " (installed)"
                 } else {
                     ""

@@ -9,7 +9,9 @@
 //! repository has many), so a 10,000-repository list stays a few MiB.
 
 mod emit;
+mod error;
 mod exempt;
+mod lint;
 mod load;
 mod native;
 
@@ -22,10 +24,12 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 pub use emit::to_native_yaml;
+pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
+pub use lint::{Lint, lint};
 pub use load::{
-    Format, Input, Lint, LoadError, LoadErrors, Loaded, OpenFile, Source, SourceSummary, inputs, lint,
-    load_paths, load_sources, load_text, open_files, source_files,
+    Format, Input, Loaded, OpenFile, Source, SourceKind, SourceSummary, inputs, load_paths, load_sources,
+    load_text, open_files, source_files,
 };
 
 /// Where an entry came from, for conflict messages and provenance.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::load::LoadError;
+use super::error::LoadError;
 use super::{Builder, Exemption, Origin, Pattern};
 use crate::reference;
 use crate::yaml::de::{Cause, Error, Located, Reader};

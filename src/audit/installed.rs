@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Connection, Failure, ListedAs, Lister};
-use crate::allowlist::Source;
+use crate::allowlist::{Source, SourceKind};
 use crate::objects::{Pruned, Shape};
 
 /// The source name prefix that marks a CSV read from the cluster: the
@@ -197,6 +197,7 @@ fn source_of(csvs: &Csvs, csv: &Value) -> Option<Source> {
         .then(|| Source {
             name: source_name(&csvs.namespace, name),
             text: csv.to_string(),
+            kind: SourceKind::InstalledCsv,
         })
 }
 

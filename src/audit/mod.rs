@@ -145,25 +145,8 @@ pub async fn run(
             label_selector: target.label_selector.as_deref(),
         };
         let before = audit.report.results.len();
-        let places = match (&caps.scope, &namespaces) {
-            (ApiScope::Cluster, Namespaces::Given(_))
-                if !target
-                    .kinds
-                    .as_ref()
-                    .is_some_and(|ks| ks.iter().any(|k| std::ptr::eq(*k, *kind))) =>
-            {
-                audit.report.notes.push(format!(
-                    "{}s are cluster-scoped: not read with -n (use -A, or --kinds {})",
-                    kind.name, kind.name
-                ));
-                continue;
-            }
-            (ApiScope::Cluster, _) => {
-                audit.covered.cluster = true;
-                vec![None]
-            }
-            (_, Namespaces::All | Namespaces::Selected(_)) => vec![None],
-            (ApiScope::Namespaced, Namespaces::Given(list)) => list.iter().map(Some).collect(),
+        let Some(places) = places(kind, &caps.scope, &namespaces, target, &mut audit) else {
+            continue;
         };
         for namespace in places {
             let judged = lister.list(namespace.map(String::as_str), |object| {
@@ -198,6 +181,38 @@ pub async fn run(
         }
     }
     Ok(audit)
+}
+
+/// Where `kind` is listed: once across the cluster, or once in each
+/// namespace given; `None` (noted) for a cluster-scoped kind that `-n`
+/// leaves out.
+fn places<'n>(
+    kind: &Kind,
+    scope: &ApiScope,
+    namespaces: &'n Namespaces,
+    target: &Target,
+    audit: &mut Audit,
+) -> Option<Vec<Option<&'n String>>> {
+    match (scope, namespaces) {
+        (ApiScope::Cluster, Namespaces::Given(_))
+            if !target
+                .kinds
+                .as_ref()
+                .is_some_and(|ks| ks.iter().any(|k| std::ptr::eq(*k, kind))) =>
+        {
+            audit.report.notes.push(format!(
+                "{}s are cluster-scoped: not read with -n (use -A, or --kinds {})",
+                kind.name, kind.name
+            ));
+            None
+        }
+        (ApiScope::Cluster, _) => {
+            audit.covered.cluster = true;
+            Some(vec![None])
+        }
+        (_, Namespaces::All | Namespaces::Selected(_)) => Some(vec![None]),
+        (ApiScope::Namespaced, Namespaces::Given(list)) => Some(list.iter().map(Some).collect()),
+    }
 }
 
 /// Writes what `writes` asks for about `audit`, and notes what was written.

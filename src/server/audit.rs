@@ -64,7 +64,7 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
         flags,
         settings,
         policy,
-        mut allowlists,
+        allowlists,
         metrics,
     } = inputs;
     let failed = |e: &str| {
@@ -77,7 +77,7 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
     // Without a Lease nothing elects: this replica always audits, and the
     // sender is kept so the channel never closes.
     let (_always, always) = watch::channel(true);
-    let (mut leader, lease) = match &flags.lease {
+    let (leader, lease) = match &flags.lease {
         None => (always, None),
         Some(name) => match elect(&connection, name).await {
             Ok((leader, task)) => (leader, Some(task)),
@@ -94,51 +94,22 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
         lease = flags.lease.as_deref().unwrap_or("none"),
         "background audit started"
     );
-    let mut writes = Writes {
-        policy_reports: flags.policy_reports,
-        events: flags.events,
-        owner: None,
+    let mut auditor = Auditor {
+        connection: &connection,
+        flags: &flags,
+        writes: Writes {
+            policy_reports: flags.policy_reports,
+            events: flags.events,
+            owner: None,
+        },
+        policy: &policy,
+        metrics: &metrics,
     };
-    loop {
-        let is_leader = *leader.borrow_and_update();
-        metrics.leader(is_leader);
-        if is_leader {
-            if writes.owner.is_none()
-                && let Some(name) = &flags.owner
-            {
-                writes.owner = owner_reference(&connection, name, &metrics).await;
-            }
-            // A snapshot: a reload during the run wakes the next one.
-            let allowlist = allowlists.borrow_and_update().clone();
-            let once = Once {
-                connection: &connection,
-                flags: &flags,
-                writes: &writes,
-                policy: &policy,
-                metrics: &metrics,
-            };
-            tokio::select! {
-                () = once.audit(&allowlist) => {}
-                () = stop.cancelled() => break,
-            }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(flags.interval) => {}
-            changed = allowlists.changed() => if changed.is_ok() {
-                tracing::info!("background audit: the allowlist changed; auditing again");
-            },
-            changed = leader.changed() => if changed.is_err() {
-                tracing::error!("background audit: leader election stopped; not auditing");
-                metrics.leader(false);
-                return;
-            },
-            () = stop.cancelled() => break,
-        }
-    }
+    // Takes the leader channel: when it returns, the channel is closed.
+    auditor.follow(allowlists, leader, &stop).await;
     metrics.leader(false);
     // The lease task releases the Lease when its channel closes, so the
     // next replica need not wait for it to expire.
-    drop(leader);
     if let Some(task) = lease {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
@@ -200,16 +171,55 @@ async fn owner_reference(connection: &Connection, name: &str, metrics: &AuditMet
     }
 }
 
-/// One run's inputs.
-struct Once<'a> {
+/// What every run reads and writes with.
+struct Auditor<'a> {
     connection: &'a Connection,
     flags: &'a Background,
-    writes: &'a Writes,
+    writes: Writes,
     policy: &'a Policy,
     metrics: &'a AuditMetrics,
 }
 
-impl Once<'_> {
+impl Auditor<'_> {
+    /// Audits while this replica leads: at once, after every allowlist put
+    /// in force, and on the interval; until `stop`, or until the election
+    /// stops.
+    async fn follow(
+        &mut self,
+        mut allowlists: watch::Receiver<Arc<Allowlist>>,
+        mut leader: watch::Receiver<bool>,
+        stop: &CancellationToken,
+    ) {
+        loop {
+            let is_leader = *leader.borrow_and_update();
+            self.metrics.leader(is_leader);
+            if is_leader {
+                if self.writes.owner.is_none()
+                    && let Some(name) = &self.flags.owner
+                {
+                    self.writes.owner = owner_reference(self.connection, name, self.metrics).await;
+                }
+                // A snapshot: a reload during the run wakes the next one.
+                let allowlist = allowlists.borrow_and_update().clone();
+                tokio::select! {
+                    () = self.audit(&allowlist) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.flags.interval) => {}
+                changed = allowlists.changed() => if changed.is_ok() {
+                    tracing::info!("background audit: the allowlist changed; auditing again");
+                },
+                changed = leader.changed() => if changed.is_err() {
+                    tracing::error!("background audit: leader election stopped; not auditing");
+                    return;
+                },
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
     async fn audit(&self, allowlist: &Allowlist) {
         let started = Instant::now();
         let target = Target {
@@ -221,7 +231,7 @@ impl Once<'_> {
             break_glass_label: Some(self.flags.break_glass_label.clone()),
         };
         let result = match audit::run(self.connection, &target, self.policy, allowlist).await {
-            Ok(mut found) => audit::write(self.connection, &mut found, self.writes)
+            Ok(mut found) => audit::write(self.connection, &mut found, &self.writes)
                 .await
                 .map(|()| found),
             Err(e) => Err(e),

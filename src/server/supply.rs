@@ -408,6 +408,7 @@ mod tests {
         Source {
             name: format!("{}redhat-ods-operator/{name}", crate::audit::installed::INSTALLED),
             text: std::fs::read_to_string(path).unwrap(),
+            kind: crate::allowlist::SourceKind::InstalledCsv,
         }
     }
 

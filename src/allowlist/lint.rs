@@ -1,0 +1,155 @@
+//! `allowlist lint`: what loaded sources promote, and what would surprise
+//! the people relying on them (skipped entries, nothing promoted, several
+//! digests with no way to pick a rewrite target).
+
+use std::collections::BTreeSet;
+
+use super::load::Loaded;
+use super::{Allowlist, Repository};
+use crate::reference::short_digest;
+
+/// What `allowlist lint` says of loaded sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lint {
+    /// What each source promotes, the totals, then one `warning:` line each.
+    pub report: String,
+    pub warnings: usize,
+}
+
+/// Lints loaded sources.
+pub fn lint(loaded: &Loaded) -> Lint {
+    let list = &loaded.allowlist;
+    let mut report = promoted_by_source(loaded);
+    let mut warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("warning: {w}")).collect();
+    let mut notes = Vec::new();
+    if list.repository_count() == 0 {
+        warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
+    }
+    for repo in list.repositories() {
+        match several_digests(list, &repo) {
+            Some(Said::Note(line)) => notes.push(line),
+            Some(Said::Warning(line)) => warnings.push(line),
+            None => {}
+        }
+    }
+    report.push_str(&format!(
+        "total: {} repositories, {} promoted digests, {} mirror rules, {} exemptions\n",
+        list.repository_count(),
+        list.digest_count(),
+        list.mirror_rules().len(),
+        list.exemptions().len()
+    ));
+    for line in notes.iter().chain(&warnings) {
+        report.push_str(line);
+        report.push('\n');
+    }
+    Lint {
+        report,
+        warnings: warnings.len(),
+    }
+}
+
+/// Each source, and what each object in it promotes.
+fn promoted_by_source(loaded: &Loaded) -> String {
+    let list = &loaded.allowlist;
+    let digests = digests_by_provenance(list);
+    let mut report = String::new();
+    for s in &loaded.sources {
+        report.push_str(&format!(
+            "{}: {}, {} promoted image(s)\n",
+            s.file, s.format, s.entries
+        ));
+        for (id, p) in list.provenances().iter().enumerate() {
+            if *p.source != *s.file {
+                continue;
+            }
+            let release = p
+                .version
+                .as_ref()
+                .map(|v| format!(" (release {v})"))
+                .unwrap_or_default();
+            report.push_str(&format!(
+                "  {}{release}: {} digest(s)\n",
+                p.origin,
+                digests.get(id).copied().unwrap_or(0)
+            ));
+        }
+    }
+    report
+}
+
+/// A line of the lint's end.
+enum Said {
+    Note(String),
+    Warning(String),
+}
+
+/// What a repository promoted with several digests needs said: how its
+/// rewrite target is picked, or that none can be.
+fn several_digests(list: &Allowlist, repo: &Repository<'_>) -> Option<Said> {
+    if repo.digest_count() < 2 {
+        return None;
+    }
+    let sources: BTreeSet<u32> = repo
+        .digests()
+        .flat_map(|p| p.promotions().map(|q| q.provenance))
+        .collect();
+    if sources.len() < 2 {
+        return repo.rewrite_to().is_none().then(|| {
+            Said::Warning(format!(
+                "warning: {} has {} promoted digests and no rewriteTo: unpromoted digests and untagged references to it are denied, not rewritten",
+                repo.name(),
+                repo.digest_count()
+            ))
+        });
+    }
+    let by: Vec<String> = repo
+        .digests()
+        .map(|p| {
+            let mut origins: Vec<&str> = Vec::new();
+            for q in p.promotions().filter_map(|q| list.provenance(q.provenance)) {
+                if !origins.contains(&q.origin.as_str()) {
+                    origins.push(&q.origin);
+                }
+            }
+            format!("{} by {}", short_digest(p.digest()), origins.join(" and "))
+        })
+        .collect();
+    let line = format!(
+        "{} is promoted with different digests by {} sources ({})",
+        repo.name(),
+        sources.len(),
+        by.join("; ")
+    );
+    Some(
+        match (repo.rewrite_to(), list.candidates(repo.name()).newest_release()) {
+            (Some(t), _) => Said::Note(format!(
+                "note: {line}: rewriteTo {} decides",
+                short_digest(t.digest())
+            )),
+            (None, Some((_, release))) => Said::Note(format!(
+                "note: {line}: rewrites go to the newest release's, {}",
+                release.release().unwrap_or_default()
+            )),
+            (None, None) => Said::Warning(format!(
+                "warning: {line}: no release order or rewriteTo picks one, so unpromoted digests and untagged references to it are denied, not rewritten"
+            )),
+        },
+    )
+}
+
+/// How many (repository, digest) pairs each source object promotes.
+fn digests_by_provenance(list: &Allowlist) -> Vec<usize> {
+    let mut counts = vec![0; list.provenances().len()];
+    for p in list.repositories().flat_map(|r| r.digests()) {
+        let mut ids: Vec<u32> = p.promotions().map(|q| q.provenance).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            if let Some(c) = counts.get_mut(id as usize) {
+                *c += 1;
+            }
+        }
+    }
+    counts
+}
