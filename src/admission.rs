@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::allowlist::{Allowlist, Source, SourceKind};
-use crate::judge::{self, ImageJudgement, Judgement, ObjectVerdict, Outcome};
+use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects;
 use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
 use crate::text;
@@ -30,7 +30,8 @@ const MAX_WARNINGS: usize = 16;
 const MAX_DENIALS_LISTED: usize = 8;
 
 /// Which webhook is asking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Endpoint {
     /// Rewrites what it can, denies the rest.
     Mutate,
@@ -41,10 +42,7 @@ pub enum Endpoint {
 impl Endpoint {
     /// The endpoint's name, as paths and metrics use it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Mutate => "mutate",
-            Self::Validate => "validate",
-        }
+        self.into()
     }
 }
 
@@ -199,7 +197,7 @@ pub struct Answer {
     pub operation: String,
     pub dry_run: bool,
     /// Outcome and reason of each judged image.
-    pub images: Vec<(Outcome, Reason)>,
+    pub images: Vec<(ImageVerdict, Reason)>,
     /// The denial message, when denied.
     pub message: Option<String>,
     /// Who promoted the digests images are rewritten to (or would be, in
@@ -348,7 +346,7 @@ struct Response {
     patch: Option<String>,
     warnings: Vec<String>,
     audit: BTreeMap<String, String>,
-    images: Vec<(Outcome, Reason)>,
+    images: Vec<(ImageVerdict, Reason)>,
     promoted_by: Vec<PromotedBy>,
 }
 
@@ -469,7 +467,11 @@ fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Respons
             denial_message(j.denials().map(ImageJudgement::message).collect()),
         ),
     };
-    out.images = j.images.iter().map(|i| (i.outcome(), i.reason())).collect();
+    out.images = j
+        .images
+        .iter()
+        .map(|i| (i.outcome().verdict(), i.reason()))
+        .collect();
     out.promoted_by = j.promoted_by();
     out
 }
@@ -694,7 +696,7 @@ mod tests {
             status["message"],
             "container \"ovms\": image 'ovms-1:replace' is an unsubstituted placeholder (the tag ':replace', which a build step replaces); substitute it before applying: a promoted image, registry/repository@sha256:..."
         );
-        assert_eq!(a.images, [(Outcome::Deny { instead: None }, Reason::Placeholder)]);
+        assert_eq!(a.images, [(ImageVerdict::Deny, Reason::Placeholder)]);
     }
 
     #[test]

@@ -10,7 +10,6 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 
 use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
@@ -47,20 +46,58 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The outcome's name, as reports and the `verdict` metrics label show it.
-    pub fn label(&self) -> &'static str {
+    /// The outcome without its payload, as reports and the images metric
+    /// name it.
+    pub fn verdict(&self) -> ImageVerdict {
         match self {
-            Self::Allow => "allow",
-            Self::Exempt { .. } => "exempt",
-            Self::Rewrite { .. } => "rewrite",
-            Self::Deny { .. } => "deny",
+            Self::Allow => ImageVerdict::Allow,
+            Self::Exempt { .. } => ImageVerdict::Exempt,
+            Self::Rewrite { .. } => ImageVerdict::Rewrite,
+            Self::Deny { .. } => ImageVerdict::Deny,
         }
     }
 }
 
-/// What happens to a whole object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// What a report says happened to one image: an [`Outcome`] without its
+/// payload. Its names are derived once, for reports, serde and metrics.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum ImageVerdict {
+    Allow,
+    Exempt,
+    Rewrite,
+    Deny,
+}
+
+/// What happens to a whole object.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum ObjectVerdict {
     /// A kind digest-gate does not read images of.
     Skipped,
@@ -72,18 +109,7 @@ pub enum ObjectVerdict {
 impl ObjectVerdict {
     /// Lower-case name, as reports and metrics use it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Skipped => "skipped",
-            Self::Allow => "allow",
-            Self::Rewrite => "rewrite",
-            Self::Deny => "deny",
-        }
-    }
-}
-
-impl fmt::Display for ObjectVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 

@@ -5,12 +5,30 @@
 
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry};
+
+use crate::judge::{ImageVerdict, ObjectVerdict};
+use crate::policy::{Reason, Verdict};
+
+/// Label values of the verdict and reason types: their derived names
+/// (`digest_not_promoted`), where prometheus-client's derive would write
+/// the variant's (`DigestNotPromoted`).
+macro_rules! label_values {
+    ($($t:ty),*) => {$(
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+                std::fmt::Write::write_str(encoder, (*self).into())
+            }
+        }
+    )*};
+}
+
+label_values!(Verdict, Reason, ImageVerdict, ObjectVerdict, Eviction, Reloaded);
 
 /// Labels of a judged admission request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -18,8 +36,8 @@ pub struct RequestLabels {
     pub endpoint: &'static str,
     pub kind: &'static str,
     pub operation: &'static str,
-    /// `allow`, `rewrite`, `deny`, or `skipped` for kinds without images.
-    pub verdict: &'static str,
+    /// `skipped` for kinds without images.
+    pub verdict: ObjectVerdict,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -29,25 +47,30 @@ struct EndpointLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ImageLabels {
-    verdict: &'static str,
-    reason: &'static str,
+    verdict: ImageVerdict,
+    reason: Reason,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
-    source: &'static str,
+    source: Reloaded,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
-    source: &'static str,
+    source: Reloaded,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AuditLabels {
     kind: &'static str,
-    verdict: &'static str,
+    verdict: Verdict,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvictionLabels {
+    reason: Eviction,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -227,7 +250,7 @@ impl AdmissionMetrics {
     }
 
     /// Counts a judged image.
-    pub fn image(&self, verdict: &'static str, reason: &'static str) {
+    pub fn image(&self, verdict: ImageVerdict, reason: Reason) {
         self.images.get_or_create(&ImageLabels { verdict, reason }).inc();
     }
 
@@ -252,23 +275,13 @@ pub struct ReloadMetrics {
 }
 
 /// What reloads, as the `source` label names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Reloaded {
     Allowlist,
     Certificate,
     /// The installed operators' CSVs (`--allowlist-csv`).
     InstalledCsvs,
-}
-
-impl Reloaded {
-    /// The `source` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allowlist => "allowlist",
-            Self::Certificate => "certificate",
-            Self::InstalledCsvs => "installed-csvs",
-        }
-    }
 }
 
 impl ReloadMetrics {
@@ -325,7 +338,6 @@ impl ReloadMetrics {
     }
 
     fn reload_as(&self, source: Reloaded, result: &'static str) {
-        let source = source.as_str();
         self.reloads.get_or_create(&ReloadLabels { source, result }).inc();
         if result != "failure" {
             self.last_reload
@@ -360,33 +372,32 @@ impl ReloadMetrics {
 pub struct ConnectionMetrics {
     tls_handshake_failures: Counter,
     open_connections: Gauge,
-    evicted_connections: Family<ReasonLabels, Counter>,
+    evicted_connections: Family<EvictionLabels, Counter>,
 }
 
 /// Why a connection was closed to make room: the `reason` label of
 /// `digest_gate_connections_evicted_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
 pub enum Eviction {
     /// The oldest pending handshake, at the cap of pending handshakes.
+    #[strum(serialize = "pending-handshakes")]
     Pending,
     /// The peer's oldest pending handshake, at the cap per peer address.
+    #[strum(serialize = "pending-handshakes-per-peer")]
     Peer,
     /// The oldest established connection that had not sent a whole request,
     /// at the connection cap.
+    #[strum(serialize = "unserved")]
     Unserved,
     /// A new connection, at the connection cap with every one served.
+    #[strum(serialize = "full")]
     Full,
 }
 
 impl Eviction {
     /// The metric label.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending-handshakes",
-            Self::Peer => "pending-handshakes-per-peer",
-            Self::Unserved => "unserved",
-            Self::Full => "full",
-        }
+        self.into()
     }
 }
 
@@ -409,7 +420,7 @@ impl ConnectionMetrics {
                 r,
                 "connections_evicted",
                 "Webhook connections closed to make room, by reason: pending-handshakes and pending-handshakes-per-peer (the oldest TLS handshake not finished, at --max-pending-handshakes or --max-pending-per-peer), unserved (the oldest connection that had not sent a whole request, at --max-connections), full (a new connection, at --max-connections with every one served)",
-                Family::<ReasonLabels, Counter>::default(),
+                Family::<EvictionLabels, Counter>::default(),
             ),
         }
     }
@@ -428,7 +439,7 @@ impl ConnectionMetrics {
     /// Counts a connection closed to make room.
     pub fn evicted(&self, why: Eviction) {
         self.evicted_connections
-            .get_or_create(&ReasonLabels { reason: why.as_str() })
+            .get_or_create(&EvictionLabels { reason: why })
             .inc();
     }
 }
@@ -503,7 +514,7 @@ impl AuditMetrics {
     /// A background audit finished: `findings` per (kind, verdict), every
     /// kind read listed (with 0 when it found nothing), replaces the last
     /// run's.
-    pub fn run(&self, findings: &[(&'static str, &'static str, usize)], seconds: f64, errors: usize) {
+    pub fn run(&self, findings: &[(&'static str, Verdict, usize)], seconds: f64, errors: usize) {
         self.audit_findings.clear();
         for &(kind, verdict, n) in findings {
             self.audit_findings
@@ -551,10 +562,10 @@ mod tests {
             endpoint: "mutate",
             kind: kind_label("Pod"),
             operation: operation_label("CREATE"),
-            verdict: "rewrite",
+            verdict: ObjectVerdict::Rewrite,
         });
         m.reloads.reload(Reloaded::Allowlist, true);
-        m.admission.image("deny", "short_name");
+        m.admission.image(ImageVerdict::Deny, Reason::ShortName);
         let text = m.encode();
         assert!(text.contains(
             "digest_gate_admission_requests_total{endpoint=\"mutate\",kind=\"Pod\",operation=\"CREATE\",verdict=\"rewrite\"} 1"
@@ -572,6 +583,81 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// The names a type's values go by: one each, and the same in serde,
+    /// strum and `Display`.
+    fn names<T>(all: &[T]) -> Vec<&'static str>
+    where
+        T: Copy + serde::Serialize + std::fmt::Display + Into<&'static str>,
+    {
+        let names: Vec<&'static str> = all.iter().map(|v| (*v).into()).collect();
+        for (v, name) in all.iter().zip(&names) {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::json!(name));
+            assert_eq!(v.to_string(), *name);
+        }
+        let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(distinct.len(), all.len(), "{names:?}");
+        names
+    }
+
+    #[test]
+    fn every_verdict_and_reason_has_one_name_in_reports_and_metrics() {
+        use strum::VariantArray;
+        let m = Metrics::new();
+        let images = names(ImageVerdict::VARIANTS);
+        let reasons = names(Reason::VARIANTS);
+        assert_eq!(images, ["allow", "exempt", "rewrite", "deny"]);
+        assert!(reasons.contains(&"digest_not_promoted") && reasons.contains(&"no_tag_or_digest"));
+        for &v in ImageVerdict::VARIANTS {
+            for &r in Reason::VARIANTS {
+                m.admission.image(v, r);
+            }
+        }
+        for &verdict in ObjectVerdict::VARIANTS {
+            m.admission.request(RequestLabels {
+                endpoint: "mutate",
+                kind: "Pod",
+                operation: "CREATE",
+                verdict,
+            });
+        }
+        let findings: Vec<_> = Verdict::VARIANTS.iter().map(|&v| ("Pod", v, 1)).collect();
+        m.audit.run(&findings, 0.1, 0);
+        for &e in Eviction::VARIANTS {
+            m.connections.evicted(e);
+        }
+        for &source in Reloaded::VARIANTS {
+            m.reloads.reload(source, true);
+        }
+        let text = m.encode();
+        for v in &images {
+            for r in &reasons {
+                let series = format!("digest_gate_images_total{{verdict=\"{v}\",reason=\"{r}\"}} 1");
+                assert!(text.contains(&series), "{series}");
+            }
+        }
+        for v in names(ObjectVerdict::VARIANTS) {
+            assert!(text.contains(&format!("verdict=\"{v}\"}} 1")), "{v}");
+        }
+        for v in names(Verdict::VARIANTS) {
+            assert!(
+                text.contains(&format!(
+                    "digest_gate_audit_findings{{kind=\"Pod\",verdict=\"{v}\"}} 1"
+                )),
+                "{v}"
+            );
+        }
+        for e in Eviction::VARIANTS {
+            let name: &str = (*e).into();
+            assert!(text.contains(&format!("reason=\"{name}\"}} 1")), "{name}");
+        }
+        for source in ["allowlist", "certificate", "installed-csvs"] {
+            assert!(
+                text.contains(&format!("source=\"{source}\",result=\"success\"}} 1")),
+                "{source}"
+            );
+        }
     }
 
     #[test]

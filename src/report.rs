@@ -9,9 +9,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
-use crate::judge::{ImageJudgement, Judgement, ObjectVerdict};
+use crate::judge::{ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects::Role;
-use crate::policy::{Finding, Mode, Verdict};
+use crate::policy::{Finding, Mode, Reason, Verdict};
 use crate::reference;
 
 /// What is reported for an image (the JSON contract's `images[]`).
@@ -23,15 +23,15 @@ pub struct ImageReport {
     pub volume: Option<String>,
     pub image: Value,
     /// `allow`, `exempt`, `rewrite` or `deny`.
-    pub verdict: &'static str,
+    pub verdict: ImageVerdict,
     pub rewrite: Option<String>,
     /// The machine-readable reason, e.g. `digest_not_promoted` (the metrics'
     /// `reason` label).
-    pub code: &'static str,
+    pub code: Reason,
     pub reason: String,
     /// In audit mode: what rewrite mode would do.
     #[serde(rename = "wouldBe", skip_serializing_if = "Option::is_none")]
-    pub would_be: Option<&'static str>,
+    pub would_be: Option<Verdict>,
     /// The file line; null for objects read from a cluster.
     pub line: Option<usize>,
     /// The 1-based column (in characters) where the image's value starts,
@@ -228,7 +228,7 @@ fn image_report(
     position: Option<Position>,
     allowlist: &Allowlist,
 ) -> ImageReport {
-    let would_be = (mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be().as_str());
+    let would_be = (mode == Mode::Audit && i.would_be() != Verdict::Allow).then(|| i.would_be());
     let (container, volume) = match i.site.role {
         Role::Volume => (None, i.site.name.clone()),
         Role::Structure => (None, None),
@@ -248,9 +248,9 @@ fn image_report(
         path,
         container,
         volume,
-        verdict: i.outcome().label(),
+        verdict: i.outcome().verdict(),
         rewrite: i.decision.rewrite_to().map(str::to_owned),
-        code: i.reason().label(),
+        code: i.reason(),
         reason: i.message(),
         would_be,
         line: position.map(|p| p.line),
@@ -404,8 +404,8 @@ fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
     let owners = owner_chain(&r.owners);
     for i in &r.images {
         let shown = match (i.verdict, i.would_be) {
-            ("rewrite", _) if fixed => "fixed",
-            (v @ ("rewrite" | "deny"), _) => v,
+            (ImageVerdict::Rewrite, _) if fixed => "fixed",
+            (v @ (ImageVerdict::Rewrite | ImageVerdict::Deny), _) => v.into(),
             (_, Some(_)) => "audit",
             _ => continue,
         };

@@ -8,6 +8,9 @@
 
 use serde_json::{Value, json};
 
+use strum::VariantArray;
+
+use crate::judge::ImageVerdict;
 use crate::policy::Reason;
 use crate::report::{ImageReport, ObjectReport, Report};
 
@@ -17,7 +20,11 @@ const INFORMATION_URI: &str = "https://github.com/digest-gate/digest-gate";
 
 /// The SARIF document for `report`.
 pub fn sarif(report: &Report) -> String {
-    let rules: Vec<Reason> = Reason::ALL.into_iter().filter(|r| r.is_finding()).collect();
+    let rules: Vec<Reason> = Reason::VARIANTS
+        .iter()
+        .copied()
+        .filter(|r| r.is_finding())
+        .collect();
     let results: Vec<Value> = report
         .results
         .iter()
@@ -76,12 +83,12 @@ fn rule(reason: Reason) -> Value {
 /// The result for one image, or `None` when it needs no change.
 fn result(object: &ObjectReport, image: &ImageReport, rules: &[Reason]) -> Option<Value> {
     let level = match (image.verdict, image.would_be) {
-        ("deny", _) => "error",
-        ("rewrite", _) => "warning",
+        (ImageVerdict::Deny, _) => "error",
+        (ImageVerdict::Rewrite, _) => "warning",
         (_, Some(_)) => "note",
         _ => return None,
     };
-    let index = rules.iter().position(|r| r.label() == image.code)?;
+    let index = rules.iter().position(|r| *r == image.code)?;
     let kind = object.kind.as_deref().unwrap_or("object");
     let name = match (&object.namespace, &object.name) {
         (Some(ns), Some(n)) => format!("{ns}/{n}"),

@@ -3,7 +3,6 @@
 //! `ImageSetConfiguration`, and plain lists of `repo[:tag]@digest` lines.
 //! Several files, or every file of a directory, merge by union.
 
-use std::fmt;
 use std::fs::File;
 use std::hash::{Hash, Hasher};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
@@ -23,27 +22,18 @@ use crate::yaml::{self, Document, YamlError};
 
 pub use super::native::API_VERSION;
 
-/// What kind of source a file was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What kind of source a file was, as `lint` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
 pub enum Format {
+    #[strum(serialize = "Allowlist")]
     Native,
     ClusterServiceVersion,
     ImageSetConfiguration,
+    #[strum(serialize = "plain list")]
     PlainList,
     /// A YAML stream holding documents of several of the above.
+    #[strum(serialize = "mixed documents")]
     Mixed,
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Native => "Allowlist",
-            Self::ClusterServiceVersion => "ClusterServiceVersion",
-            Self::ImageSetConfiguration => "ImageSetConfiguration",
-            Self::PlainList => "plain list",
-            Self::Mixed => "mixed documents",
-        })
-    }
 }
 
 /// What one source contributed.

@@ -16,8 +16,11 @@ use kube::core::Request;
 use kube::core::params::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use strum::VariantArray;
 
 use super::{Connection, Covered, Failure, Page};
+use crate::judge::ImageVerdict;
+use crate::policy::Verdict;
 use crate::report::{ImageReport, ObjectReport, Report};
 
 /// The policy name in every result, and the name of every report.
@@ -165,8 +168,8 @@ fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
                 "properties": properties,
             });
             if let Some(severity) = match result {
-                "fail" => Some("high"),
-                "warn" => Some("medium"),
+                PolicyResult::Fail => Some("high"),
+                PolicyResult::Warn => Some("medium"),
                 _ => None,
             } {
                 r["severity"] = severity.into();
@@ -176,15 +179,52 @@ fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
         .collect()
 }
 
+/// A policy report result's `result`: the wgpolicyk8s.io vocabulary.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+enum PolicyResult {
+    Pass,
+    Fail,
+    Warn,
+    Error,
+    Skip,
+}
+
+impl PolicyResult {
+    /// The result a written report holds.
+    fn of(result: &Value) -> Option<Self> {
+        result["result"].as_str()?.parse().ok()
+    }
+
+    /// Whether the result asks for action: what a full report may drop
+    /// last, and what Events are written for.
+    fn needs_action(self) -> bool {
+        !matches!(self, Self::Pass | Self::Skip)
+    }
+}
+
 /// `fail` for what is denied or (stored, so not yet rewritten) off its
 /// promoted digest; `warn` for what audit mode would rewrite; `skip` for an
 /// exemption; `pass` otherwise.
-fn result_of(image: &ImageReport) -> &'static str {
+fn result_of(image: &ImageReport) -> PolicyResult {
     match (image.verdict, image.would_be) {
-        ("deny" | "rewrite", _) | (_, Some("deny")) => "fail",
-        (_, Some(_)) => "warn",
-        ("exempt", _) => "skip",
-        _ => "pass",
+        (ImageVerdict::Deny | ImageVerdict::Rewrite, _) | (_, Some(Verdict::Deny)) => PolicyResult::Fail,
+        (_, Some(_)) => PolicyResult::Warn,
+        (ImageVerdict::Exempt, _) => PolicyResult::Skip,
+        _ => PolicyResult::Pass,
     }
 }
 
@@ -229,7 +269,7 @@ fn fit(mut results: Vec<Value>, ns: Option<&str>, notes: &mut Vec<String>) -> Co
     });
     if size(&results) > MAX_REPORT_BYTES {
         let before = results.len();
-        results.retain(|r| !matches!(r["result"].as_str(), Some("pass" | "skip")));
+        results.retain(|r| PolicyResult::of(r).is_none_or(PolicyResult::needs_action));
         notes.push(format!(
             "{at} lists findings only: its {} passing results would not fit (the summary counts them)",
             before - results.len()
@@ -258,14 +298,9 @@ fn fit(mut results: Vec<Value>, ns: Option<&str>, notes: &mut Vec<String>) -> Co
 }
 
 fn summary(results: &[Value]) -> Value {
-    let mut counts: BTreeMap<&str, u64> = ["pass", "fail", "warn", "error", "skip"]
-        .into_iter()
-        .map(|k| (k, 0))
-        .collect();
-    for r in results {
-        if let Some(n) = r["result"].as_str().and_then(|k| counts.get_mut(k)) {
-            *n += 1;
-        }
+    let mut counts: BTreeMap<&str, u64> = PolicyResult::VARIANTS.iter().map(|o| (o.into(), 0)).collect();
+    for o in results.iter().filter_map(PolicyResult::of) {
+        *counts.entry(o.into()).or_default() += 1;
     }
     json!(counts)
 }
@@ -394,11 +429,7 @@ pub async fn events(
     let mut written = Written::default();
     let mut seen = BTreeSet::new();
     for object in &report.results {
-        for image in object
-            .images
-            .iter()
-            .filter(|i| result_of(i) != "pass" && result_of(i) != "skip")
-        {
+        for image in object.images.iter().filter(|i| result_of(i).needs_action()) {
             let (Some(kind), Some(name)) = (&object.kind, &object.name) else {
                 continue;
             };
@@ -462,7 +493,7 @@ fn event_name(object: &ObjectReport, image: &ImageReport) -> String {
         object.kind.as_deref().unwrap_or_default(),
         object.name.as_deref().unwrap_or_default(),
         &image.path,
-        image.code,
+        image.code.into(),
         &image.reason,
     ] {
         ctx.update(part.as_bytes());

@@ -24,7 +24,7 @@ use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
 use crate::judge::ObjectVerdict;
 use crate::metrics::AuditMetrics;
 use crate::objects::kind_label;
-use crate::policy::Policy;
+use crate::policy::{Policy, Verdict};
 
 /// Seconds a Lease holds without renewal, and how long before expiry the
 /// holder renews it (the values kube-controller-manager uses, 15 s / 10 s).
@@ -280,18 +280,18 @@ impl Auditor<'_> {
 /// Objects with findings per (kind, verdict), each kind read with both
 /// verdicts (0 when none). In audit mode the verdict is what rewrite mode
 /// would reach.
-fn findings(audit: &Audit) -> Vec<(&'static str, &'static str, usize)> {
-    let mut counts: Vec<(&'static str, &'static str, usize)> = audit
+fn findings(audit: &Audit) -> Vec<(&'static str, Verdict, usize)> {
+    let mut counts: Vec<(&'static str, Verdict, usize)> = audit
         .read
         .iter()
-        .flat_map(|&(kind, _)| [(kind, "rewrite", 0), (kind, "deny", 0)])
+        .flat_map(|&(kind, _)| [(kind, Verdict::Rewrite, 0), (kind, Verdict::Deny, 0)])
         .collect();
     for r in &audit.report.results {
         let verdict = match r.verdict {
-            ObjectVerdict::Deny => "deny",
-            ObjectVerdict::Rewrite => "rewrite",
-            _ if r.images.iter().any(|i| i.would_be == Some("deny")) => "deny",
-            _ if r.images.iter().any(|i| i.would_be.is_some()) => "rewrite",
+            ObjectVerdict::Deny => Verdict::Deny,
+            ObjectVerdict::Rewrite => Verdict::Rewrite,
+            _ if r.images.iter().any(|i| i.would_be == Some(Verdict::Deny)) => Verdict::Deny,
+            _ if r.images.iter().any(|i| i.would_be.is_some()) => Verdict::Rewrite,
             _ => continue,
         };
         let kind = kind_label(r.kind.as_deref().unwrap_or_default());
@@ -328,9 +328,12 @@ mod tests {
                 .push(ObjectReport::new("cluster:x".into(), &pod, &j, &list, |_| None));
         }
         let counts = findings(&audit);
-        assert!(counts.contains(&("Pod", "rewrite", 1)), "{counts:?}");
-        assert!(counts.contains(&("ServingRuntime", "rewrite", 0)), "{counts:?}");
-        let denied: usize = counts.iter().filter(|c| c.1 == "deny").map(|c| c.2).sum();
+        assert!(counts.contains(&("Pod", Verdict::Rewrite, 1)), "{counts:?}");
+        assert!(
+            counts.contains(&("ServingRuntime", Verdict::Rewrite, 0)),
+            "{counts:?}"
+        );
+        let denied: usize = counts.iter().filter(|c| c.1 == Verdict::Deny).map(|c| c.2).sum();
         assert_eq!(denied, 1, "{counts:?}");
     }
 }

@@ -208,10 +208,10 @@ fn answer(
         endpoint,
         kind: metrics::kind_label(&answer.kind),
         operation: metrics::operation_label(&answer.operation),
-        verdict: answer.verdict.as_str(),
+        verdict: answer.verdict,
     });
     for (verdict, reason) in &answer.images {
-        admission.image(verdict.label(), reason.label());
+        admission.image(*verdict, *reason);
     }
     tracing::info!(
         endpoint,
