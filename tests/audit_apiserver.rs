@@ -1,0 +1,458 @@
+//! The audit's cluster code against a scripted apiserver, in process: kube's
+//! `Client` over a `tower` service that answers from a table, as kube-rs'
+//! controller-rs tests its reconcilers. Each test plays one request
+//! sequence: discovery, a list in two pages, a kind RBAC forbids, a
+//! PolicyReport written once and then left alone, and the CSV watch
+//! relisting after `410 Gone`.
+//!
+//! What the real apiserver adds (tests/e2e, on Kubernetes 1.20): its own
+//! discovery documents, paging, RBAC and watch semantics; here the test
+//! decides the answers, so it can play the rare ones (a continue token, an
+//! expired resource version) on every run.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::body::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use digest_gate::audit::installed::{self, Csvs, Followed};
+use digest_gate::audit::{self, Connection, Covered, Scope, Target};
+use digest_gate::policy::Policy;
+use digest_gate::testing::{BAD, GOOD, REPO, incident_allowlist};
+
+/// One request as the apiserver saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    /// Path and query.
+    uri: String,
+    body: Option<Value>,
+}
+
+type Answer = (StatusCode, String);
+
+/// A scripted apiserver: `answer` decides each reply from the request and
+/// the requests before it; every request is kept.
+#[derive(Clone)]
+struct Apiserver {
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Apiserver {
+    fn connect(answer: impl Fn(&Seen, &[Seen]) -> Answer + Send + Sync + 'static) -> (Self, Connection) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let answer = Arc::new(answer);
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let (log, answer) = (log.clone(), answer.clone());
+            async move {
+                let method = request.method().to_string();
+                let uri = request.uri().to_string();
+                let bytes = request.into_body().collect().await.unwrap().to_bytes();
+                let body = (!bytes.is_empty()).then(|| serde_json::from_slice(&bytes).unwrap());
+                let now = Seen { method, uri, body };
+                let before: Vec<Seen> = log.lock().unwrap().clone();
+                let (status, text) = answer(&now, &before);
+                log.lock().unwrap().push(now);
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(text)))
+                    .unwrap();
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let connection = Connection {
+            client: kube::Client::new(service, "default"),
+            context: "scripted".into(),
+            server: "https://scripted.invalid".into(),
+            namespace: "default".into(),
+        };
+        (Self { seen }, connection)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn writes(&self) -> Vec<Seen> {
+        self.seen().into_iter().filter(|s| s.method != "GET").collect()
+    }
+}
+
+fn ok(value: Value) -> Answer {
+    (StatusCode::OK, value.to_string())
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Answer {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                      "message": message, "reason": reason, "code": code});
+    (StatusCode::from_u16(code).unwrap(), body.to_string())
+}
+
+fn resource(name: &str, kind: &str, namespaced: bool, verbs: &[&str]) -> Value {
+    json!({"name": name, "singularName": kind.to_lowercase(), "namespaced": namespaced, "kind": kind, "verbs": verbs})
+}
+
+/// A cluster serving core/v1 (Pods; ConfigMaps, which RBAC will forbid;
+/// PodTemplates without `list`), apps/v1 Deployments and KServe's
+/// ServingRuntimes; nothing else digest-gate reads.
+fn discovery(uri: &str) -> Option<Answer> {
+    let path = uri.split('?').next().unwrap();
+    let list = |gv: &str, resources: Vec<Value>| {
+        ok(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    };
+    let group = |name: &str, version: &str| {
+        let gv = format!("{name}/{version}");
+        json!({"name": name, "versions": [{"groupVersion": gv, "version": version}],
+               "preferredVersion": {"groupVersion": gv, "version": version}})
+    };
+    Some(match path {
+        "/api" => ok(json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})),
+        "/apis" => ok(json!({"kind": "APIGroupList", "apiVersion": "v1",
+                             "groups": [group("apps", "v1"), group("serving.kserve.io", "v1alpha1")]})),
+        "/api/v1" => list(
+            "v1",
+            vec![
+                resource("pods", "Pod", true, &["get", "list"]),
+                resource("configmaps", "ConfigMap", true, &["get", "list"]),
+                resource("podtemplates", "PodTemplate", true, &["get"]),
+                resource("namespaces", "Namespace", false, &["get", "list"]),
+            ],
+        ),
+        "/apis/apps/v1" => list(
+            "apps/v1",
+            vec![resource("deployments", "Deployment", true, &["list"])],
+        ),
+        "/apis/serving.kserve.io/v1alpha1" => list(
+            "serving.kserve.io/v1alpha1",
+            vec![
+                resource("servingruntimes", "ServingRuntime", true, &["list"]),
+                resource(
+                    "clusterservingruntimes",
+                    "ClusterServingRuntime",
+                    false,
+                    &["list"],
+                ),
+            ],
+        ),
+        _ => return None,
+    })
+}
+
+fn pod(name: &str, image: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "models", "uid": format!("uid-{name}")},
+           "spec": {"containers": [{"name": "c", "image": image}]}})
+}
+
+fn page(items: Vec<Value>, next: Option<&str>) -> Answer {
+    let mut metadata = json!({"resourceVersion": "7"});
+    if let Some(next) = next {
+        metadata["continue"] = next.into();
+    }
+    ok(json!({"kind": "List", "apiVersion": "v1", "metadata": metadata, "items": items}))
+}
+
+/// The cluster of the first test: discovery, Pods in two pages, ConfigMaps
+/// forbidden, the incident's ServingRuntime, an empty Deployment list.
+fn cluster(seen: &Seen, _: &[Seen]) -> Answer {
+    if let Some(answer) = discovery(&seen.uri) {
+        return answer;
+    }
+    let (path, query) = seen.uri.split_once('?').unwrap_or((&seen.uri, ""));
+    match path {
+        "/api/v1/pods" if query.contains("continue=page-2") => {
+            page(vec![pod("stale", &format!("{REPO}@{BAD}"))], None)
+        }
+        "/api/v1/pods" => page(vec![pod("fine", &format!("{REPO}@{GOOD}"))], Some("page-2")),
+        "/api/v1/configmaps" => status(
+            403,
+            "Forbidden",
+            "configmaps is forbidden: User \"system:serviceaccount:x:auditor\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope",
+        ),
+        "/apis/serving.kserve.io/v1alpha1/servingruntimes" => page(
+            vec![
+                json!({"metadata": {"name": "ovms", "namespace": "models", "uid": "uid-ovms"},
+                        "spec": {"containers": [{"name": "ovms", "image": format!("{REPO}@{BAD}")}]}}),
+            ],
+            None,
+        ),
+        "/apis/serving.kserve.io/v1alpha1/clusterservingruntimes" | "/apis/apps/v1/deployments" => {
+            page(vec![], None)
+        }
+        _ => status(404, "NotFound", &format!("the server could not find {path}")),
+    }
+}
+
+fn everything() -> Target {
+    Target {
+        scope: Scope::All {
+            namespace_selector: None,
+        },
+        label_selector: None,
+        kinds: None,
+        break_glass_label: None,
+    }
+}
+
+#[tokio::test]
+async fn discovery_paging_and_a_forbidden_kind() {
+    let (apiserver, connection) = Apiserver::connect(cluster);
+    let allowlist = incident_allowlist();
+    let found = audit::run(&connection, &everything(), &Policy::default(), &allowlist)
+        .await
+        .unwrap();
+
+    // Both pages of Pods were asked for, the second with the token.
+    let pods: Vec<String> = apiserver
+        .seen()
+        .into_iter()
+        .map(|s| s.uri)
+        .filter(|u| u.starts_with("/api/v1/pods"))
+        .collect();
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    assert!(
+        pods[0].contains("limit=") && !pods[0].contains("continue"),
+        "{pods:?}"
+    );
+    assert!(pods[1].contains("continue=page-2"), "{pods:?}");
+
+    // Read per kind, in table order, and nothing of what is not served.
+    let read: BTreeMap<&str, usize> = found.read.iter().copied().collect();
+    assert_eq!(read.get("Pod"), Some(&2));
+    assert_eq!(read.get("ServingRuntime"), Some(&1));
+    assert_eq!(read.get("Deployment"), Some(&0));
+    assert!(
+        !read.contains_key("Template") && !read.contains_key("PodTemplate"),
+        "{read:?}"
+    );
+    let notes = found.report.notes.join("\n");
+    assert!(
+        notes.contains("PodTemplates (v1) cannot be listed on this cluster"),
+        "{notes}"
+    );
+    assert!(notes.contains("the cluster does not serve Templates"), "{notes}");
+
+    // The forbidden kind is an error naming the apiserver's reason, not a
+    // stop: the other kinds were still read.
+    let errors = found.report.errors.join("\n");
+    assert!(errors.contains("cannot list ConfigMaps (v1)"), "{errors}");
+    assert!(
+        errors.contains("configmaps is forbidden") && errors.contains("403 Forbidden"),
+        "{errors}"
+    );
+
+    // Judged as the webhook judges: the stale Pod and the runtime rewrite.
+    let stale: Vec<(&str, &str)> = found
+        .report
+        .results
+        .iter()
+        .filter(|r| r.verdict != digest_gate::judge::ObjectVerdict::Allow)
+        .map(|r| (r.kind.as_deref().unwrap(), r.name.as_deref().unwrap()))
+        .collect();
+    assert_eq!(stale, [("Pod", "stale"), ("ServingRuntime", "ovms")]);
+    assert!(apiserver.writes().is_empty(), "an audit alone writes nothing");
+}
+
+/// PolicyReports as the apiserver stores them: created, listed back, and
+/// patched by merge.
+fn reports(stored: Arc<Mutex<BTreeMap<String, Value>>>) -> impl Fn(&Seen, &[Seen]) -> Answer {
+    move |seen, _| {
+        let (path, _) = seen.uri.split_once('?').unwrap_or((&seen.uri, ""));
+        let mut stored = stored.lock().unwrap();
+        let list = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/models/policyreports";
+        match (seen.method.as_str(), path) {
+            ("GET", p) if p == list => ok(
+                json!({"kind": "PolicyReportList", "apiVersion": "wgpolicyk8s.io/v1alpha2",
+                                                 "metadata": {}, "items": stored.values().cloned().collect::<Vec<_>>()}),
+            ),
+            ("POST", p) if p == list => {
+                let mut body = seen.body.clone().unwrap();
+                body["metadata"]["resourceVersion"] = "1".into();
+                let name = body["metadata"]["name"].as_str().unwrap().to_owned();
+                stored.insert(name, body.clone());
+                (StatusCode::CREATED, body.to_string())
+            }
+            ("PATCH", p) if p.starts_with(list) => {
+                let name = p.rsplit('/').next().unwrap();
+                let report = stored.get_mut(name).unwrap();
+                for (k, v) in seen.body.as_ref().unwrap().as_object().unwrap() {
+                    report[k] = v.clone();
+                }
+                ok(report.clone())
+            }
+            _ => status(404, "NotFound", "not found"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_policy_report_is_created_then_left_alone_then_patched() {
+    // The findings come from the first test's cluster.
+    let (_, reading) = Apiserver::connect(cluster);
+    let allowlist = incident_allowlist();
+    let mut found = audit::run(&reading, &everything(), &Policy::default(), &allowlist)
+        .await
+        .unwrap();
+    // A report speaks for a namespace only from a complete read.
+    found.report.errors.clear();
+    found.covered = Covered {
+        namespaces: Some(["models".to_owned()].into()),
+        cluster: false,
+    };
+    let stored = Arc::new(Mutex::new(BTreeMap::new()));
+    let (apiserver, connection) = Apiserver::connect(reports(stored.clone()));
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let written = audit::write::policy_reports(&connection, &found.report, &found.covered, None, now)
+        .await
+        .unwrap();
+    assert_eq!((written.created, written.updated, written.unchanged), (1, 0, 0));
+    let report = stored.lock().unwrap()["digest-gate"].clone();
+    assert_eq!(report["summary"]["fail"], 2, "{report}");
+    assert_eq!(report["summary"]["pass"], 1, "{report}");
+    let rules: Vec<&str> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rule"].as_str().unwrap())
+        .collect();
+    assert!(
+        rules
+            .iter()
+            .all(|r| ["promoted", "digest_not_promoted"].contains(r)),
+        "{rules:?}"
+    );
+
+    // The same findings an hour later: nothing is sent.
+    let later = now + Duration::from_secs(3600);
+    let written = audit::write::policy_reports(&connection, &found.report, &found.covered, None, later)
+        .await
+        .unwrap();
+    assert_eq!((written.created, written.updated, written.unchanged), (0, 0, 1));
+    assert_eq!(apiserver.writes().len(), 1, "{:?}", apiserver.writes());
+
+    // The stale Pod fixed: one merge patch, the runtime's result keeping
+    // the time it was first found.
+    found
+        .report
+        .results
+        .retain(|r| r.name.as_deref() != Some("stale"));
+    let written = audit::write::policy_reports(&connection, &found.report, &found.covered, None, later)
+        .await
+        .unwrap();
+    assert_eq!((written.created, written.updated, written.unchanged), (0, 1, 0));
+    let writes = apiserver.writes();
+    assert_eq!(writes.len(), 2);
+    assert_eq!(writes[1].method, "PATCH");
+    assert!(
+        writes[1].uri.contains("/policyreports/digest-gate"),
+        "{}",
+        writes[1].uri
+    );
+    let report = stored.lock().unwrap()["digest-gate"].clone();
+    assert_eq!(report["summary"]["fail"], 1, "{report}");
+    let seconds = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["result"] == "fail")
+        .map(|r| r["timestamp"]["seconds"].as_u64().unwrap());
+    assert_eq!(seconds, Some(1_800_000_000));
+}
+
+fn csv(name: &str, version: &str) -> Value {
+    json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+           "metadata": {"name": name, "namespace": "redhat-ods-operator", "resourceVersion": version},
+           "spec": {"version": "1.21.0",
+                    "relatedImages": [{"name": "ovms", "image": format!("{REPO}@{GOOD}")}]}})
+}
+
+#[tokio::test]
+async fn the_csv_watch_relists_after_410_gone() {
+    // First list: one CSV; its watch ends with 410 Gone (the resource
+    // version expired); the relist finds the upgrade's second CSV. Later
+    // watches wait.
+    let answer = |seen: &Seen, before: &[Seen]| -> Answer {
+        let path = seen.uri.split('?').next().unwrap();
+        assert_eq!(
+            path,
+            "/apis/operators.coreos.com/v1alpha1/namespaces/redhat-ods-operator/clusterserviceversions"
+        );
+        let lists = before.iter().filter(|s| !s.uri.contains("watch=true")).count();
+        if seen.uri.contains("watch=true") {
+            let watches = before.iter().filter(|s| s.uri.contains("watch=true")).count();
+            if watches == 0 {
+                let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                  "status": "Failure", "message": "too old resource version: 1 (5)",
+                                  "reason": "Expired", "code": 410}});
+                return (StatusCode::OK, format!("{gone}\n"));
+            }
+            // Nothing more happens: an empty stream, which kube watches
+            // again (the test has what it needs by then).
+            return (StatusCode::OK, String::new());
+        }
+        let items = if lists == 0 {
+            vec![csv("rhods-operator.1.20.1", "1")]
+        } else {
+            vec![
+                csv("rhods-operator.1.20.1", "1"),
+                csv("rhods-operator.1.21.0", "6"),
+            ]
+        };
+        ok(
+            json!({"kind": "ClusterServiceVersionList", "apiVersion": "operators.coreos.com/v1alpha1",
+                  "metadata": {"resourceVersion": if lists == 0 { "1" } else { "6" }}, "items": items}),
+        )
+    };
+    let (apiserver, connection) = Apiserver::connect(answer);
+    let specs = vec!["redhat-ods-operator/rhods-operator".parse::<Csvs>().unwrap()];
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let follow = installed::follow(&connection, &specs, |followed| {
+        let _ = tx.send(followed);
+    });
+    let mut installed_sets = Vec::new();
+    tokio::select! {
+        () = follow => panic!("the watch ended"),
+        () = async {
+            while installed_sets.len() < 2 {
+                match tokio::time::timeout(Duration::from_secs(20), rx.recv()).await {
+                    Ok(Some(Followed::Installed(sources))) => installed_sets.push(sources),
+                    Ok(Some(Followed::Failed(_))) => {}
+                    other => panic!("no second set of CSVs: {:?}", other.is_ok()),
+                }
+            }
+        } => {}
+    }
+    let names = |set: &Vec<digest_gate::allowlist::Source>| -> Vec<String> {
+        set.iter().map(|s| s.name.clone()).collect()
+    };
+    assert_eq!(
+        names(&installed_sets[0]),
+        ["cluster:redhat-ods-operator/rhods-operator.1.20.1"]
+    );
+    assert_eq!(
+        names(&installed_sets[1]),
+        [
+            "cluster:redhat-ods-operator/rhods-operator.1.20.1",
+            "cluster:redhat-ods-operator/rhods-operator.1.21.0"
+        ]
+    );
+    assert!(
+        installed_sets[1]
+            .iter()
+            .all(|s| s.kind == digest_gate::allowlist::SourceKind::InstalledCsv)
+    );
+    // list, watch (410), list again: the relist came after the expiry.
+    let order: Vec<bool> = apiserver
+        .seen()
+        .iter()
+        .map(|s| s.uri.contains("watch=true"))
+        .take(3)
+        .collect();
+    assert_eq!(order, [false, true, false]);
+}
