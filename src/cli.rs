@@ -540,7 +540,9 @@ fn run_audit(args: &AuditArgs) -> u8 {
     };
     let policy = args.policy.policy();
     let result = runtime.block_on(async {
-        let connection = audit::Connection::open(&args.connection.settings()).await?;
+        let connection = audit::Connection::open(&args.connection.settings())
+            .await
+            .map_err(|e| e.to_string())?;
         // The files, then the installed CSVs, merged as one allowlist.
         let mut installed = Vec::new();
         for csvs in &args.csvs.allowlist_csv {
@@ -555,13 +557,17 @@ fn run_audit(args: &AuditArgs) -> u8 {
             kinds: (!kinds.is_empty()).then_some(kinds),
             break_glass_label: Some(args.break_glass_label.clone()),
         };
-        let mut found = audit::run(&connection, &target, &policy, &loaded.allowlist).await?;
+        let mut found = audit::run(&connection, &target, &policy, &loaded.allowlist)
+            .await
+            .map_err(|e| e.to_string())?;
         let writes = audit::Writes {
             policy_reports: args.policy_reports,
             events: args.events,
             owner: None,
         };
-        audit::write(&connection, &mut found, &writes).await?;
+        audit::write(&connection, &mut found, &writes)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok::<_, String>((connection, found))
     });
     let (connection, mut found) = match result {
@@ -642,7 +648,9 @@ fn run_cleanup(args: &CleanupArgs) -> u8 {
         return 2;
     };
     let result = runtime.block_on(async {
-        let connection = audit::Connection::open(&args.connection.settings()).await?;
+        let connection = audit::Connection::open(&args.connection.settings())
+            .await
+            .map_err(|e| e.to_string())?;
         let uid = match &args.owner {
             Some(name) => Some(
                 audit::write::cluster_role_uid(&connection, name)
@@ -651,7 +659,9 @@ fn run_cleanup(args: &CleanupArgs) -> u8 {
             ),
             None => None,
         };
-        let removed = audit::write::remove(&connection, uid.as_deref()).await?;
+        let removed = audit::write::remove(&connection, uid.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
         Ok::<_, String>((connection, removed))
     });
     let (connection, removed) = match result {

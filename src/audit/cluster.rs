@@ -73,9 +73,9 @@ pub struct Connection {
 impl Connection {
     /// The connection `settings` describe. Nothing is sent yet: an
     /// unreachable server shows on the first request.
-    pub async fn open(settings: &Settings) -> Result<Connection, String> {
+    pub async fn open(settings: &Settings) -> Result<Connection, AuditError> {
         rustls_provider();
-        let (mut config, context) = config(settings).await?;
+        let (mut config, context) = config(settings).await.map_err(AuditError::Config)?;
         if let Some(t) = settings.timeout {
             config.connect_timeout = Some(t);
             config.read_timeout = Some(t);
@@ -85,10 +85,10 @@ impl Connection {
         let server = server.trim_end_matches('/').to_owned();
         let namespace = config.default_namespace.clone();
         let client = Client::try_from(config).map_err(|e| {
-            format!(
+            AuditError::Config(format!(
                 "cannot set up a client for {server} (context \"{context}\"): {}",
                 chain(&e)
-            )
+            ))
         })?;
         Ok(Connection {
             client,
@@ -122,6 +122,41 @@ impl Connection {
                 chain(cause.as_ref())
             )),
             other => Failure::Request(format!("cannot {doing} from {at}: {}", chain(other))),
+        }
+    }
+}
+
+/// Why an audit, a report write or a cleanup cannot go on. `Display` is
+/// the message a person reads; it names the server and the context.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuditError {
+    /// The kubeconfig (or the pod's service account) cannot be used.
+    #[error("{0}")]
+    Config(String),
+    /// The cluster cannot be reached, or refuses the credentials.
+    #[error("{0}")]
+    Unreachable(String),
+    /// A request the run cannot go on without failed, or was refused.
+    #[error("{0}")]
+    Request(String),
+}
+
+impl AuditError {
+    /// A stable name for the kind of failure.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Config(_) => "config",
+            Self::Unreachable(_) => "unreachable",
+            Self::Request(_) => "request",
+        }
+    }
+}
+
+impl From<Failure> for AuditError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Fatal(m) => Self::Unreachable(m),
+            Failure::Request(m) => Self::Request(m),
         }
     }
 }

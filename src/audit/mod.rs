@@ -29,7 +29,7 @@ use crate::objects::{self, KINDS, Kind, Layout};
 use crate::policy::Policy;
 use crate::report::{ObjectReport, Report};
 
-pub use cluster::{CLUSTER_TIMEOUT, ClusterArgs, Connection, Failure, Settings};
+pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, Connection, Failure, Settings};
 pub use write::Written;
 
 /// Which namespaces are read.
@@ -122,7 +122,7 @@ pub async fn run(
     target: &Target,
     policy: &Policy,
     allowlist: &Allowlist,
-) -> Result<Audit, String> {
+) -> Result<Audit, AuditError> {
     let source = format!("cluster:{}", connection.context);
     let mut audit = Audit::default();
     let served = discover(connection, target, &mut audit.report).await?;
@@ -167,7 +167,7 @@ pub async fn run(
             });
             match judged.await {
                 Ok(()) => {}
-                Err(Failure::Fatal(m)) => return Err(m),
+                Err(Failure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
                 Err(Failure::Request(m)) => audit.report.errors.push(m),
             }
         }
@@ -218,7 +218,7 @@ fn places<'n>(
 /// Writes what `writes` asks for about `audit`, and notes what was written.
 /// Policy reports are written only from a complete read: a report written
 /// from a partial one would drop the results of what could not be read.
-pub async fn write(connection: &Connection, audit: &mut Audit, writes: &Writes) -> Result<(), String> {
+pub async fn write(connection: &Connection, audit: &mut Audit, writes: &Writes) -> Result<(), AuditError> {
     let now = std::time::SystemTime::now();
     let mut done = Vec::new();
     if writes.policy_reports {
@@ -262,7 +262,7 @@ async fn discover(
     connection: &Connection,
     target: &Target,
     report: &mut Report,
-) -> Result<Vec<(&'static Kind, ApiResource, ApiCapabilities)>, String> {
+) -> Result<Vec<(&'static Kind, ApiResource, ApiCapabilities)>, AuditError> {
     let wanted: Vec<&'static Kind> = target.kinds.clone().unwrap_or_else(|| KINDS.iter().collect());
     let groups: BTreeSet<&str> = wanted.iter().flat_map(|k| k.groups.iter().copied()).collect();
     let groups: Vec<&str> = groups.into_iter().collect();
@@ -270,12 +270,7 @@ async fn discover(
         .filter(&groups)
         .run()
         .await
-        .map_err(|e| {
-            connection
-                .describe("discover the cluster's APIs", &e)
-                .message()
-                .to_owned()
-        })?;
+        .map_err(|e| connection.describe("discover the cluster's APIs", &e))?;
     let mut served = Vec::new();
     for kind in wanted {
         let found = kind.groups.iter().find_map(|g| {
@@ -386,7 +381,7 @@ async fn namespaces(
     connection: &Connection,
     scope: &Scope,
     report: &mut Report,
-) -> Result<Namespaces, String> {
+) -> Result<Namespaces, AuditError> {
     let core = namespace_resource();
     match scope {
         Scope::All {
@@ -408,11 +403,11 @@ async fn namespaces(
                 }
             });
             match listed.await {
-                Ok(()) if set.is_empty() => {
-                    Err(format!("no namespace matches --namespace-selector '{selector}'"))
-                }
+                Ok(()) if set.is_empty() => Err(AuditError::Request(format!(
+                    "no namespace matches --namespace-selector '{selector}'"
+                ))),
                 Ok(()) => Ok(Namespaces::Selected(set)),
-                Err(f) => Err(f.message().to_owned()),
+                Err(f) => Err(f.into()),
             }
         }
         Scope::Namespaces(list) => {
@@ -420,7 +415,7 @@ async fn namespaces(
             for ns in list {
                 let request = Request::new("/api/v1/namespaces")
                     .get(ns, &Default::default())
-                    .map_err(|e| format!("namespace \"{ns}\": {e}"))?;
+                    .map_err(|e| AuditError::Request(format!("namespace \"{ns}\": {e}")))?;
                 match connection.client.request::<serde::de::IgnoredAny>(request).await {
                     Ok(_) => given.push(ns.clone()),
                     Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -430,7 +425,7 @@ async fn namespaces(
                     // lists below still say whether it can read inside.
                     Err(kube::Error::Api(s)) if s.code == 403 => given.push(ns.clone()),
                     Err(e) => match connection.describe(&format!("get namespace \"{ns}\""), &e) {
-                        Failure::Fatal(m) => return Err(m),
+                        Failure::Fatal(m) => return Err(AuditError::Unreachable(m)),
                         Failure::Request(m) => report.errors.push(m),
                     },
                 }

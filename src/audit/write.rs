@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use strum::VariantArray;
 
-use super::{Connection, Covered, Failure, Page};
+use super::{AuditError, Connection, Covered, Failure, Page};
 use crate::judge::ImageVerdict;
 use crate::policy::Verdict;
 use crate::report::{ImageReport, ObjectReport, Report};
@@ -70,7 +70,7 @@ pub async fn policy_reports(
     covered: &Covered,
     owner: Option<&Value>,
     now: SystemTime,
-) -> Result<Written, String> {
+) -> Result<Written, AuditError> {
     let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut wanted: BTreeMap<Option<String>, Vec<Value>> = BTreeMap::new();
     for object in &report.results {
@@ -110,7 +110,7 @@ pub async fn policy_reports(
         match write_report(connection, ns.as_deref(), &content, owner, old.is_some()).await {
             Ok(()) if old.is_some() => written.updated += 1,
             Ok(()) => written.created += 1,
-            Err(Failure::Fatal(m)) => return Err(m),
+            Err(Failure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
             Err(Failure::Request(m)) => written.errors.push(m),
         }
     }
@@ -310,7 +310,7 @@ fn summary(results: &[Value]) -> Value {
 async fn stored_reports(
     connection: &Connection,
     covered: &Covered,
-) -> Result<HashMap<Option<String>, Content>, String> {
+) -> Result<HashMap<Option<String>, Content>, AuditError> {
     let mut paths = match &covered.namespaces {
         None => vec![format!("{GROUP_PATH}/policyreports")],
         Some(set) => set
@@ -324,15 +324,17 @@ async fn stored_reports(
     let params = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     let mut stored = HashMap::new();
     for path in paths {
-        let request = Request::new(&path).list(&params).map_err(|e| e.to_string())?;
+        let request = Request::new(&path)
+            .list(&params)
+            .map_err(|e| AuditError::Request(e.to_string()))?;
         let list: Value = connection.client.request(request).await.map_err(|e| {
             let message = connection.describe("list policy reports", &e).message().to_owned();
-            match e {
+            AuditError::Request(match e {
                 kube::Error::Api(s) if s.code == 404 => format!(
                     "--policy-reports: the cluster does not serve wgpolicyk8s.io/v1alpha2 policy reports: install their CRDs (the chart's audit.policyReports.installCRDs) ({message})"
                 ),
                 _ => format!("--policy-reports: {message}"),
-            }
+            })
         })?;
         for item in list["items"].as_array().into_iter().flatten() {
             if item.pointer("/metadata/name").and_then(Value::as_str) != Some(POLICY) {
@@ -424,7 +426,7 @@ pub async fn events(
     report: &Report,
     owner: Option<&Value>,
     now: SystemTime,
-) -> Result<Written, String> {
+) -> Result<Written, AuditError> {
     let time = humantime::format_rfc3339_seconds(now).to_string();
     let mut written = Written::default();
     let mut seen = BTreeSet::new();
@@ -468,12 +470,12 @@ pub async fn events(
             let at = format!("create an Event for {kind} \"{name}\"");
             let request = Request::new(format!("/api/v1/namespaces/{ns}/events"))
                 .create(&PostParams::default(), body.to_string().into_bytes())
-                .map_err(|e| format!("cannot {at}: {e}"))?;
+                .map_err(|e| AuditError::Request(format!("cannot {at}: {e}")))?;
             match connection.client.request::<serde::de::IgnoredAny>(request).await {
                 Ok(_) => written.created += 1,
                 Err(kube::Error::Api(s)) if s.code == 409 => written.unchanged += 1,
                 Err(e) => match connection.describe(&at, &e) {
-                    Failure::Fatal(m) => return Err(m),
+                    Failure::Fatal(m) => return Err(AuditError::Unreachable(m)),
                     Failure::Request(m) => written.errors.push(m),
                 },
             }
@@ -531,14 +533,14 @@ const WRITTEN: [(&str, &str, &str); 3] = [
 /// audit wrote). The chart's pre-delete hook runs this on `helm uninstall`:
 /// the garbage collector deletes owned reports with their owner, but has
 /// ignored Events in every API group since Kubernetes 1.25.
-pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<Removed, String> {
+pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<Removed, AuditError> {
     let mut removed = Removed::default();
     for (prefix, plural, kind) in WRITTEN {
         let found = match ours(connection, prefix, plural, kind, owner_uid).await {
             Ok(found) => found,
             // The CRDs are not installed: no report was ever written.
             Err(None) => continue,
-            Err(Some(Failure::Fatal(m))) => return Err(m),
+            Err(Some(Failure::Fatal(m))) => return Err(AuditError::Unreachable(m)),
             Err(Some(Failure::Request(m))) => {
                 removed.errors.push(m);
                 continue;
@@ -561,14 +563,14 @@ pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<
             });
             let request = Request::new(&collection)
                 .delete(&meta.name, &params)
-                .map_err(|e| format!("cannot {doing}: {e}"))?;
+                .map_err(|e| AuditError::Request(format!("cannot {doing}: {e}")))?;
             match connection.client.request::<serde::de::IgnoredAny>(request).await {
                 Ok(_) if kind == "Event" => removed.events += 1,
                 Ok(_) => removed.reports += 1,
                 // Gone already, or no longer the object listed.
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => match connection.describe(&doing, &e) {
-                    Failure::Fatal(m) => return Err(m),
+                    Failure::Fatal(m) => return Err(AuditError::Unreachable(m)),
                     Failure::Request(m) => removed.errors.push(m),
                 },
             }

@@ -67,7 +67,7 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
         allowlists,
         metrics,
     } = inputs;
-    let failed = |e: &str| {
+    let failed = |e: &crate::audit::AuditError| {
         metrics.failed();
         tracing::error!(error = %e, "background audit: no cluster connection; retrying");
     };

@@ -80,7 +80,7 @@ async fn watch(
     metrics: ReloadMetrics,
     stop: CancellationToken,
 ) {
-    let failed = |error: &str| {
+    let failed = |error: &crate::audit::AuditError| {
         metrics.reload(Reloaded::InstalledCsvs, false);
         tracing::error!(%error, "installed ClusterServiceVersions: no cluster connection; retrying");
     };

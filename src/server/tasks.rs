@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{Connection, Settings};
+use crate::audit::{AuditError, Connection, Settings};
 
 /// Runs the future `task` makes on a thread named `name` with a
 /// single-threaded runtime of its own. If the runtime cannot be built,
@@ -36,7 +36,7 @@ pub async fn connect(
     settings: &Settings,
     every: Duration,
     stop: &CancellationToken,
-    mut failed: impl FnMut(&str),
+    mut failed: impl FnMut(&AuditError),
 ) -> Option<Connection> {
     loop {
         match Connection::open(settings).await {
