@@ -15,7 +15,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::allowlist::{Allowlist, Source, SourceKind};
+use crate::allowlist::{self, Allowlist, Source};
 use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects;
 use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
@@ -247,7 +247,10 @@ pub fn answer_allowlist(
     let request: RequestIn<Value> = decode(body)?;
     let response = match (request.operation.as_str(), request.object.as_ref()) {
         ("CREATE" | "UPDATE", Some(Value::Object(object))) => {
-            match configmap_sources(object).and_then(|sources| check(&sources)) {
+            match allowlist::configmap_sources(object)
+                .map_err(|e| e.to_string())
+                .and_then(|sources| check(&sources))
+            {
                 Ok(()) => Response::allow(ObjectVerdict::Allow),
                 // 403 as for image denials: kubectl prints the message of
                 // a 403, while for a 422 without field causes it prints only
@@ -273,51 +276,6 @@ pub fn answer_allowlist(
         _ => Response::allow(ObjectVerdict::Allow),
     };
     Ok(encode(&request, response))
-}
-
-/// A ConfigMap's keys as the files the kubelet mounts: `data` as text,
-/// `binaryData` decoded (and refused, as the server refuses the file,
-/// unless it is UTF-8 text). Keys starting with `.` are hidden files, which
-/// the server skips.
-fn configmap_sources(object: &serde_json::Map<String, Value>) -> Result<Vec<Source>, String> {
-    let mut sources = Vec::new();
-    let mut errors = Vec::new();
-    let entries = |field: &str| {
-        object
-            .get(field)
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter(|(key, _)| !key.starts_with('.'))
-    };
-    for (key, value) in entries("data") {
-        match value.as_str() {
-            Some(text) => sources.push(Source {
-                name: key.clone(),
-                text: text.to_owned(),
-                kind: SourceKind::ConfigMapKey,
-            }),
-            None => errors.push(format!("{key}: is not a string")),
-        }
-    }
-    for (key, value) in entries("binaryData") {
-        let bytes = value
-            .as_str()
-            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
-        match bytes.map(String::from_utf8) {
-            Some(Ok(text)) => sources.push(Source {
-                name: key.clone(),
-                text,
-                kind: SourceKind::ConfigMapKey,
-            }),
-            _ => errors.push(format!("{key}: is not UTF-8 text")),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors.join("\n"));
-    }
-    sources.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(sources)
 }
 
 /// A review that does not decode may simply be another version (v1beta1

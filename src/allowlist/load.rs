@@ -1,7 +1,8 @@
-//! Reading allowlists from the four accepted sources: the native `Allowlist`
-//! document, an OLM `ClusterServiceVersion`, an oc-mirror
-//! `ImageSetConfiguration`, and plain lists of `repo[:tag]@digest` lines.
-//! Several files, or every file of a directory, merge by union.
+//! Reading allowlists: where sources come from (files opened once and read
+//! a chunk at a time, a ConfigMap under review, installed CSVs), telling
+//! their formats apart, and handing each document to its format's reader
+//! (`native`, `csv`, `imageset`, `plain`). Several files, or every file of a
+//! directory, merge by union.
 
 use std::fs::File;
 use std::hash::{Hash, Hasher};
@@ -238,6 +239,74 @@ pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a dyn Input>) -> Res
     }
 }
 
+/// The name prefix of an installed CSV's source, `cluster:<namespace>/<name>`:
+/// where messages and provenance say it came from.
+pub const INSTALLED_PREFIX: &str = "cluster:";
+
+impl Source {
+    /// An installed operator's ClusterServiceVersion in `namespace`, as
+    /// read from the cluster (pruned to what the loader reads).
+    pub fn installed_csv(namespace: &str, csv: &Value) -> Self {
+        let name = csv
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        Self {
+            name: Self::installed_csv_name(namespace, name),
+            text: csv.to_string(),
+            kind: SourceKind::InstalledCsv,
+        }
+    }
+
+    /// The source name of installed CSV `name` in `namespace`.
+    pub fn installed_csv_name(namespace: &str, name: &str) -> String {
+        format!("{INSTALLED_PREFIX}{namespace}/{name}")
+    }
+}
+
+/// A ConfigMap's keys as the files the kubelet mounts: `data` as text,
+/// `binaryData` decoded (and refused, as a file that is not UTF-8 text is),
+/// keys starting with `.` left out as the hidden files the loader skips, in
+/// name order. What `/validate-allowlist` checks an edit by.
+pub fn configmap_sources(object: &serde_json::Map<String, Value>) -> Result<Vec<Source>, LoadErrors> {
+    use base64::Engine;
+    let mut sources = Vec::new();
+    let mut errors = Vec::new();
+    let entries = |field: &str| {
+        object
+            .get(field)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| !key.starts_with('.'))
+    };
+    let source = |name: &str, text: String| Source {
+        name: name.to_owned(),
+        text,
+        kind: SourceKind::ConfigMapKey,
+    };
+    for (key, value) in entries("data") {
+        match value.as_str() {
+            Some(text) => sources.push(source(key, text.to_owned())),
+            None => errors.push(file_error(key, "is not a string")),
+        }
+    }
+    for (key, value) in entries("binaryData") {
+        let bytes = value
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+        match bytes.map(String::from_utf8) {
+            Some(Ok(text)) => sources.push(source(key, text)),
+            _ => errors.push(file_error(key, "is not UTF-8 text")),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(LoadErrors(errors));
+    }
+    sources.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(sources)
+}
+
 /// Loads one source held in memory; `name` is used in messages.
 pub fn load_text(name: &str, text: &str) -> Result<Loaded, LoadErrors> {
     let source = Source {
@@ -281,25 +350,29 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
+/// Reads sources into one allowlist; each format's reader is an `impl
+/// Loader` block of its own file (`csv`, `imageset`, `plain`, and `native`
+/// for the native document), this file only tells them apart.
 #[derive(Default)]
-struct Loader {
-    builder: Builder,
+pub(super) struct Loader {
+    pub(super) builder: Builder,
     sources: Vec<SourceSummary>,
-    errors: Vec<LoadError>,
-    warnings: Vec<LoadError>,
+    pub(super) errors: Vec<LoadError>,
+    pub(super) warnings: Vec<LoadError>,
     /// What the source being read is.
-    kind: SourceKind,
+    pub(super) kind: SourceKind,
 }
 
-struct Ctx<'a> {
-    file: &'a str,
+/// Where in a structured document an entry is.
+pub(super) struct Ctx<'a> {
+    pub(super) file: &'a str,
     /// Shared by every entry's origin, so origins cost no allocation.
-    shared: Arc<str>,
-    doc: &'a Document,
+    pub(super) shared: Arc<str>,
+    pub(super) doc: &'a Document,
 }
 
 impl Ctx<'_> {
-    fn error(&self, pointer: &str, message: impl Into<String>) -> LoadError {
+    pub(super) fn error(&self, pointer: &str, message: impl Into<String>) -> LoadError {
         LoadError {
             file: self.file.to_owned(),
             line: Some(self.doc.line_of(pointer)),
@@ -308,7 +381,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn origin(&self, pointer: &str, provenance: u32) -> Origin {
+    pub(super) fn origin(&self, pointer: &str, provenance: u32) -> Origin {
         Origin {
             file: self.shared.clone(),
             line: self.doc.line_of(pointer),
@@ -593,7 +666,12 @@ impl Loader {
         }
     }
 
-    fn string<'v>(&mut self, ctx: &Ctx<'_>, value: Option<&'v Value>, ptr: &str) -> Option<&'v str> {
+    pub(super) fn string<'v>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        value: Option<&'v Value>,
+        ptr: &str,
+    ) -> Option<&'v str> {
         match value {
             Some(Value::String(s)) => Some(s),
             None | Some(Value::Null) => {
@@ -610,140 +688,10 @@ impl Loader {
         }
     }
 
-    /// `spec.relatedImages[].image` and the `RELATED_IMAGE_*` env values of
-    /// the operator's deployments.
-    fn csv(&mut self, ctx: &Ctx<'_>, csv: &Value, ptr: &str) -> usize {
-        let text = |p: &str| csv.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
-        let name = text("/metadata/name");
-        let version =
-            text("/spec/version").and_then(|v| semver::Version::parse(v.trim_start_matches('v')).ok());
-        let provenance = self.builder.provenance(Provenance {
-            source: ctx.shared.clone(),
-            origin: format!(
-                "ClusterServiceVersion {}{}",
-                name.unwrap_or("(unnamed)"),
-                if self.kind == SourceKind::InstalledCsv {
-                    " (installed)"
-                } else {
-                    ""
-                }
-            ),
-            package: name.and_then(|n| package_of(n, version.as_ref())),
-            name: name.map(str::to_owned),
-            version,
-            replaces: text("/spec/replaces").map(str::to_owned),
-        });
-        let mut entries = 0;
-        if let Some(Value::Array(related)) = csv.pointer("/spec/relatedImages") {
-            for (i, item) in related.iter().enumerate() {
-                let p = format!("{ptr}/spec/relatedImages/{i}/image");
-                if let Some(image) = self.string(ctx, item.get("image"), &p) {
-                    entries += self.promote_image(ctx, image, &p, provenance);
-                }
-            }
-        }
-        if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {
-            for (d, deployment) in deployments.iter().enumerate() {
-                for list in ["containers", "initContainers"] {
-                    let Some(Value::Array(containers)) =
-                        deployment.pointer(&format!("/spec/template/spec/{list}"))
-                    else {
-                        continue;
-                    };
-                    for (c, container) in containers.iter().enumerate() {
-                        let Some(Value::Array(env)) = container.get("env") else {
-                            continue;
-                        };
-                        for (e, var) in env.iter().enumerate() {
-                            let related = var
-                                .get("name")
-                                .and_then(Value::as_str)
-                                .is_some_and(|n| n.starts_with("RELATED_IMAGE_"));
-                            if !related {
-                                continue;
-                            }
-                            let p = format!(
-                                "{ptr}/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
-                            );
-                            if let Some(image) = self.string(ctx, var.get("value"), &p) {
-                                entries += self.promote_image(ctx, image, &p, provenance);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        entries
-    }
-
-    /// `mirror.additionalImages[].name`.
-    fn image_set(&mut self, ctx: &Ctx<'_>, isc: &Value, ptr: &str) -> usize {
-        let name = isc.pointer("/metadata/name").and_then(Value::as_str);
-        let origin = match name {
-            Some(n) => format!("ImageSetConfiguration {n}"),
-            None => "ImageSetConfiguration".to_owned(),
-        };
-        let provenance = self
-            .builder
-            .provenance(Provenance::of(ctx.shared.clone(), origin));
-        let mut entries = 0;
-        if let Some(Value::Array(images)) = isc.pointer("/mirror/additionalImages") {
-            for (i, item) in images.iter().enumerate() {
-                let p = format!("{ptr}/mirror/additionalImages/{i}/name");
-                if let Some(image) = self.string(ctx, item.get("name"), &p) {
-                    entries += self.promote_image(ctx, image, &p, provenance);
-                }
-            }
-        }
-        entries
-    }
-
-    fn plain_list(&mut self, file: &str, text: Box<dyn BufRead + '_>) -> Result<usize, Failure> {
-        let shared: Arc<str> = file.into();
-        let provenance = self
-            .builder
-            .provenance(Provenance::of(shared.clone(), "plain list".to_owned()));
-        let mut entries = 0;
-        let mut n = 0;
-        stream::for_each_line(text, |line| {
-            n += 1;
-            let content = match line.find('#') {
-                Some(i) if i == 0 || line[..i].ends_with(char::is_whitespace) => &line[..i],
-                _ => line,
-            }
-            .trim();
-            if content.is_empty() {
-                return;
-            }
-            let error = |message: String| LoadError {
-                file: file.to_owned(),
-                line: Some(n),
-                entry: Some(content.to_owned()),
-                message,
-            };
-            let origin = Origin {
-                file: shared.clone(),
-                line: n,
-                provenance,
-            };
-            match promotable(content) {
-                Ok((repo, digest, tag)) => {
-                    let tags: Vec<&str> = tag.into_iter().collect();
-                    match self.builder.promote(&repo, digest, &tags, &origin) {
-                        Ok(()) => entries += 1,
-                        Err(c) => self.errors.push(error(c.to_string())),
-                    }
-                }
-                Err(message) => self.errors.push(error(message)),
-            }
-        })?;
-        Ok(entries)
-    }
-
     /// Promotes an image listed by a CSV or ImageSetConfiguration. Those also
     /// list images pinned only by tag, which cannot be promoted: skip them
     /// with a warning rather than refuse the operator's whole list.
-    fn promote_image(&mut self, ctx: &Ctx<'_>, image: &str, ptr: &str, provenance: u32) -> usize {
+    pub(super) fn promote_image(&mut self, ctx: &Ctx<'_>, image: &str, ptr: &str, provenance: u32) -> usize {
         match promotable(image) {
             Ok((repo, digest, tag)) => {
                 let tags: Vec<&str> = tag.into_iter().collect();
@@ -770,24 +718,9 @@ impl Loader {
     }
 }
 
-/// The operator a CSV named `name` is a release of: the name without its
-/// version suffix (`rhods-operator.1.21.0`, `opendatahub-operator.v2.8.0`).
-fn package_of(name: &str, version: Option<&semver::Version>) -> Option<String> {
-    let version = version?.to_string();
-    let package = name
-        .strip_suffix(&version)?
-        .strip_suffix(".v")
-        .or_else(|| name.strip_suffix(&version)?.strip_suffix('.'))?;
-    (!package.is_empty()).then(|| package.to_owned())
-}
-
-fn unsupported_api(api: &str) -> String {
-    format!("apiVersion '{api}' is not supported for Allowlist; use {API_VERSION}")
-}
-
 /// Splits a promoted image into (canonical repository, digest, tag), or says
 /// why it cannot be promoted.
-fn promotable(image: &str) -> Result<(String, &str, Option<&str>), String> {
+pub(super) fn promotable(image: &str) -> Result<(String, &str, Option<&str>), String> {
     let r = reference::parse(image).map_err(|e| format!("'{image}' is not a valid image reference: {e}"))?;
     let Some(digest) = r.digest() else {
         return Err(format!(
@@ -802,6 +735,10 @@ fn promotable(image: &str) -> Result<(String, &str, Option<&str>), String> {
         ));
     };
     Ok((repo.into_owned(), digest, r.tag()))
+}
+
+fn unsupported_api(api: &str) -> String {
+    format!("apiVersion '{api}' is not supported for Allowlist; use {API_VERSION}")
 }
 
 /// Whether a line says its file is YAML or JSON, not a plain list:

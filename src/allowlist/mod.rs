@@ -8,12 +8,15 @@
 //! (one shared name per repository, digests scanned in place until a
 //! repository has many), so a 10,000-repository list stays a few MiB.
 
+mod csv;
 mod emit;
 mod error;
 mod exempt;
+mod imageset;
 mod lint;
 mod load;
 mod native;
+mod plain;
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
@@ -28,8 +31,8 @@ pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
 pub use lint::{Lint, lint};
 pub use load::{
-    Format, Input, Loaded, OpenFile, Source, SourceKind, SourceSummary, inputs, load_paths, load_sources,
-    load_text, open_files, source_files,
+    Format, INSTALLED_PREFIX, Input, Loaded, OpenFile, Source, SourceKind, SourceSummary, configmap_sources,
+    inputs, load_paths, load_sources, load_text, open_files, source_files,
 };
 
 /// Where an entry came from, for conflict messages and provenance.

@@ -22,12 +22,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Connection, Failure, ListedAs, Lister};
-use crate::allowlist::{Source, SourceKind};
+use crate::allowlist::Source;
 use crate::objects::{Pruned, Shape};
-
-/// The source name prefix that marks a CSV read from the cluster: the
-/// allowlist names its provenance `ClusterServiceVersion <name> (installed)`.
-pub const INSTALLED: &str = "cluster:";
 
 /// Leaves out OLM's copies: an operator installed for all namespaces has its
 /// CSV copied into every one, and the copy says nothing the original does not.
@@ -194,16 +190,7 @@ fn source_of(csvs: &Csvs, csv: &Value) -> Option<Source> {
     csvs.prefix
         .as_deref()
         .is_none_or(|p| name.starts_with(p))
-        .then(|| Source {
-            name: source_name(&csvs.namespace, name),
-            text: csv.to_string(),
-            kind: SourceKind::InstalledCsv,
-        })
-}
-
-/// The allowlist source name of CSV `name` in `namespace`.
-fn source_name(namespace: &str, name: &str) -> String {
-    format!("{INSTALLED}{namespace}/{name}")
+        .then(|| Source::installed_csv(&csvs.namespace, csv))
 }
 
 /// The CSVs `csvs` names, each an allowlist source.
@@ -283,7 +270,7 @@ pub async fn follow(connection: &Connection, specs: &[Csvs], mut tell: impl FnMu
             },
             Ok(Event::Delete(csv)) => listed[i]
                 .as_mut()
-                .and_then(|set| set.remove(&source_name(&spec.namespace, csv.name())))
+                .and_then(|set| set.remove(&Source::installed_csv_name(&spec.namespace, csv.name())))
                 .is_some(),
             Err(e) => {
                 tell(Followed::Failed(failure(connection, spec, &e)));

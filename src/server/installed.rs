@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::tasks;
-use crate::allowlist::Source;
+use crate::allowlist::{INSTALLED_PREFIX, Source};
 use crate::audit::Settings;
 use crate::audit::installed::{self, Csvs, Followed};
 use crate::metrics::{ReloadMetrics, Reloaded};
@@ -93,7 +93,7 @@ async fn watch(
         Followed::Installed(sources) => {
             let names: Vec<&str> = sources
                 .iter()
-                .map(|s| s.name.strip_prefix(installed::INSTALLED).unwrap_or(&s.name))
+                .map(|s| s.name.strip_prefix(INSTALLED_PREFIX).unwrap_or(&s.name))
                 .collect();
             tracing::info!(csvs = %names.join(","), "installed ClusterServiceVersions changed");
             metrics.reload(Reloaded::InstalledCsvs, true);

@@ -406,7 +406,7 @@ mod tests {
     fn csv(file: &str, name: &str) -> Source {
         let path = format!("{}/tests/data/allowlists/{file}", env!("CARGO_MANIFEST_DIR"));
         Source {
-            name: format!("{}redhat-ods-operator/{name}", crate::audit::installed::INSTALLED),
+            name: Source::installed_csv_name("redhat-ods-operator", name),
             text: std::fs::read_to_string(path).unwrap(),
             kind: crate::allowlist::SourceKind::InstalledCsv,
         }
