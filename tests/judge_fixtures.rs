@@ -1,8 +1,9 @@
 //! The library path on real manifests: ModelMesh's rendered Deployments and
 //! the upstream runtimes, judged, patched, and judged again.
 
+use digest_gate::admission::render::{REWRITTEN_ANNOTATION, Rendered};
 use digest_gate::allowlist::{self, Allowlist};
-use digest_gate::judge::{self, ObjectVerdict, REWRITTEN_ANNOTATION};
+use digest_gate::judge::{self, ObjectVerdict};
 use digest_gate::objects;
 use digest_gate::policy::Policy;
 use digest_gate::yaml;
@@ -111,12 +112,12 @@ fn upstream_runtimes_rewrite_and_settle() {
                 continue;
             }
             assert_eq!(r.verdict, ObjectVerdict::Rewrite, "{name}: {:?}", r.images);
-            let ops = r.patch(true);
+            let ops = Rendered::of(&r, &object).patch(true);
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &ops).unwrap();
             let again = judge::judge(&patched, None, &Policy::default(), &list);
             assert_eq!(again.verdict, ObjectVerdict::Allow, "{name}");
-            assert!(again.patch(true).is_empty(), "{name}");
+            assert!(Rendered::of(&again, &patched).patch(true).is_empty(), "{name}");
             let note = patched["metadata"]["annotations"][REWRITTEN_ANNOTATION]
                 .as_str()
                 .unwrap();

@@ -157,7 +157,13 @@ pub async fn run(
                     }
                 }
                 owners.add(kind.name, &object);
-                let j = judge::judge_as(&resource.group, kind.name, &object, None, policy, allowlist);
+                let subject = judge::Subject {
+                    group: &resource.group,
+                    kind: kind.name,
+                    object: &object,
+                    old: None,
+                };
+                let j = judge::judge_as(subject, judge::Rules { policy, allowlist });
                 controllers.push(owners::controller_uid(&object));
                 audit
                     .report

@@ -23,7 +23,10 @@ use crate::text;
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
-pub use crate::judge::MAX_WARNING_LEN;
+pub mod render;
+
+use render::Rendered;
+pub use render::{MAX_WARNING_LEN, REWRITTEN_ANNOTATION};
 /// Warnings beyond this many are summarised in one.
 const MAX_WARNINGS: usize = 16;
 /// Denied images listed in one message before "and N more".
@@ -352,15 +355,14 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
                 let old = (request.operation == "UPDATE")
                     .then_some(request.old_object.as_ref().map(|o| &o.0))
                     .flatten();
-                let j = judge::judge_as(
-                    &request.kind.group,
-                    &request.kind.kind,
-                    obj,
+                let subject = judge::Subject {
+                    group: &request.kind.group,
+                    kind: &request.kind.kind,
+                    object: obj,
                     old,
-                    policy,
-                    allowlist,
-                );
-                respond(endpoint, request, j)
+                };
+                let j = judge::judge_as(subject, judge::Rules { policy, allowlist });
+                respond(endpoint, request, j, obj)
             }
             Some(other) => Response::refuse(
                 400,
@@ -386,17 +388,18 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
     encode(request, response)
 }
 
-fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Response {
+fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement, object: &Value) -> Response {
     let mut out = match (endpoint, j.verdict) {
         (_, ObjectVerdict::Skipped) => return Response::allow(ObjectVerdict::Skipped),
-        (_, ObjectVerdict::Allow) if j.mode == Mode::Audit => audit(&j),
+        (_, ObjectVerdict::Allow) if j.mode == Mode::Audit => audit(&j, &Rendered::of(&j, object)),
         (_, ObjectVerdict::Allow) => Response::allow(ObjectVerdict::Allow),
         (Endpoint::Mutate, ObjectVerdict::Rewrite) => {
             let mut out = Response::allow(ObjectVerdict::Rewrite);
             out.warnings = warnings(&j);
+            let mut rendered = Rendered::of(&j, object);
             // Moved out, not copied: the annotation's text is the largest
             // part of a rewrite answer.
-            if let Some(r) = j.rewriting.take() {
+            if let Some(r) = rendered.rewriting.take() {
                 let mut ops = r.ops;
                 // A subresource update cannot change metadata.
                 if request.sub_resource.is_none() {
@@ -404,7 +407,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Respons
                 }
                 let patch = serde_json::to_vec(&ops).expect("patches serialise");
                 out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
-                out.audit.insert(j.audit_key("rewritten-images"), r.record);
+                out.audit.insert(rendered.audit_key("rewritten-images"), r.record);
             }
             out
         }
@@ -435,7 +438,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, mut j: Judgement) -> Respons
 }
 
 /// Audit mode allows, and says what it would have done.
-fn audit(j: &Judgement) -> Response {
+fn audit(j: &Judgement, rendered: &Rendered) -> Response {
     let mut out = Response::allow(ObjectVerdict::Allow);
     let mut would_deny = serde_json::Map::new();
     let mut would_rewrite = serde_json::Map::new();
@@ -448,13 +451,15 @@ fn audit(j: &Judgement) -> Response {
     }
     if !would_rewrite.is_empty() {
         out.audit.insert(
-            j.audit_key("would-rewrite"),
+            rendered.audit_key("would-rewrite"),
             Value::Object(would_rewrite).to_string(),
         );
     }
     if !would_deny.is_empty() {
-        out.audit
-            .insert(j.audit_key("would-deny"), Value::Object(would_deny).to_string());
+        out.audit.insert(
+            rendered.audit_key("would-deny"),
+            Value::Object(would_deny).to_string(),
+        );
     }
     out.warnings = warnings(j);
     out
@@ -462,7 +467,7 @@ fn audit(j: &Judgement) -> Response {
 
 /// The judgement's warnings, the last summarising what does not fit.
 fn warnings(j: &Judgement) -> Vec<String> {
-    let warnings = j.warnings();
+    let warnings = render::warnings(j);
     if warnings.len() <= MAX_WARNINGS {
         return warnings;
     }
@@ -924,7 +929,7 @@ mod tests {
         );
         json_patch::patch(&mut object, &decode(&second)).unwrap();
         let history: Value = serde_json::from_str(
-            object["metadata"]["annotations"][crate::judge::REWRITTEN_ANNOTATION]
+            object["metadata"]["annotations"][REWRITTEN_ANNOTATION]
                 .as_str()
                 .unwrap(),
         )
@@ -946,7 +951,7 @@ mod tests {
         };
         let mut audited = pod(&format!("{REPO}@{BAD}"));
         audited["metadata"]["annotations"] = json!({
-            crate::judge::REWRITTEN_ANNOTATION: history.to_string()
+            REWRITTEN_ANNOTATION: history.to_string()
         });
         let (_, v) = response(Endpoint::Mutate, &review_of("CREATE", audited, None), &audit);
         assert_eq!(keys(&v), ["would-rewrite-3"]);
