@@ -18,14 +18,14 @@ use crate::yaml::{self, Document, Edit, Offsets};
 
 /// Where a manifest comes from.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub struct Manifest {
     /// The path as given or found, or `-` for standard input.
     pub name: String,
-    origin: Origin,
+    origin: Place,
 }
 
 #[derive(Debug, Clone)]
-enum Origin {
+enum Place {
     Stdin,
     /// `found`: met while walking a directory rather than named.
     File {
@@ -46,32 +46,32 @@ pub struct Input {
     pub found: bool,
 }
 
-impl Source {
+impl Manifest {
     /// A manifest given as text, e.g. by a test or a library user.
     pub fn text(name: impl Into<String>, text: impl Into<String>) -> Self {
         Self {
             name: name.into(),
-            origin: Origin::Text(text.into()),
+            origin: Place::Text(text.into()),
         }
     }
 
     /// Reads it; standard input can be read once.
     fn read(&self) -> Result<Input, String> {
         let (text, found) = match &self.origin {
-            Origin::Stdin => {
+            Place::Stdin => {
                 let mut text = String::new();
                 std::io::stdin()
                     .read_to_string(&mut text)
                     .map_err(|e| format!("-: cannot read standard input: {e}"))?;
                 (text, false)
             }
-            Origin::File { path, found } => {
+            Place::File { path, found } => {
                 let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", self.name))?;
                 let text =
                     String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8 text", self.name))?;
                 (text, *found)
             }
-            Origin::Text(text) => (text.clone(), false),
+            Place::Text(text) => (text.clone(), false),
         };
         Ok(Input {
             name: self.name.clone(),
@@ -85,16 +85,16 @@ impl Source {
 /// walked recursively (like `kubectl apply -R -f dir`) for their `.yaml`,
 /// `.yml` and `.json` files in sorted order, hidden files and directories
 /// left out. Arguments that cannot be used are returned as problems.
-pub fn sources(args: &[String]) -> (Vec<Source>, Vec<String>) {
+pub fn sources(args: &[String]) -> (Vec<Manifest>, Vec<String>) {
     let mut sources = Vec::new();
     let mut problems = Vec::new();
     let mut stdin = false;
     for arg in args {
         if arg == "-" {
             if !std::mem::replace(&mut stdin, true) {
-                sources.push(Source {
+                sources.push(Manifest {
                     name: "-".into(),
-                    origin: Origin::Stdin,
+                    origin: Place::Stdin,
                 });
             }
             continue;
@@ -104,9 +104,9 @@ pub fn sources(args: &[String]) -> (Vec<Source>, Vec<String>) {
             let mut seen = HashSet::new();
             walk(path, &mut seen, &mut sources, &mut problems);
         } else {
-            sources.push(Source {
+            sources.push(Manifest {
                 name: arg.clone(),
-                origin: Origin::File {
+                origin: Place::File {
                     path: path.to_owned(),
                     found: false,
                 },
@@ -118,7 +118,7 @@ pub fn sources(args: &[String]) -> (Vec<Source>, Vec<String>) {
 
 /// Adds the manifests under `dir`. Symbolic links are followed, each
 /// directory once, so a link back up the tree ends the walk there.
-fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Source>, problems: &mut Vec<String>) {
+fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Manifest>, problems: &mut Vec<String>) {
     let shown = dir.display();
     match dir.canonicalize() {
         Ok(real) => {
@@ -145,9 +145,9 @@ fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Source>, prob
                 .extension()
                 .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
         {
-            sources.push(Source {
+            sources.push(Manifest {
                 name: path.display().to_string(),
-                origin: Origin::File { path, found: true },
+                origin: Place::File { path, found: true },
             });
         }
     }
@@ -164,7 +164,7 @@ pub struct Fixed {
 
 /// Everything a check run found.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct Checked {
     /// The objects judged; its errors are the inputs that could not be used.
     pub report: Report,
     /// With `--fix`: every input judged, rewritten where needed.
@@ -181,10 +181,10 @@ pub struct Outcome {
 /// Checks `sources` one at a time, each document judged and dropped before
 /// the next is read; with `fix`, also rewrites them. The report keeps
 /// `keep` of each object.
-pub fn check(sources: &[Source], allowlist: &Allowlist, policy: &Policy, fix: bool, keep: Keep) -> Outcome {
-    let mut outcome = Outcome {
+pub fn check(sources: &[Manifest], allowlist: &Allowlist, policy: &Policy, fix: bool, keep: Keep) -> Checked {
+    let mut outcome = Checked {
         report: Report::keeping(keep),
-        ..Outcome::default()
+        ..Checked::default()
     };
     for source in sources {
         match source.read() {
@@ -320,7 +320,7 @@ impl<'a> FileCheck<'a> {
         }
     }
 
-    fn run(mut self, outcome: &mut Outcome) {
+    fn run(mut self, outcome: &mut Checked) {
         let mark = outcome.report.mark();
         let still_denied = outcome.still_denied;
         let mut docs = yaml::documents(&self.input.text);
@@ -376,14 +376,14 @@ impl<'a> FileCheck<'a> {
         }
     }
 
-    fn skip(&self, outcome: &mut Outcome, reason: String) {
+    fn skip(&self, outcome: &mut Checked, reason: String) {
         outcome.report.skipped.push(report::Skipped {
             source: self.input.name.clone(),
             reason,
         });
     }
 
-    fn document(&mut self, doc: &Document, outcome: &mut Outcome) {
+    fn document(&mut self, doc: &Document, outcome: &mut Checked) {
         if doc.value.is_null() {
             return;
         }
@@ -448,7 +448,7 @@ impl Fixing {
     }
 
     /// Applies the edits, proves nothing else moved, and records the file.
-    fn finish(self, input: &Input, positioned: bool, outcome: &mut Outcome) {
+    fn finish(self, input: &Input, positioned: bool, outcome: &mut Checked) {
         let text = if self.edits.is_empty() && self.failed.is_none() {
             Ok(input.text.clone())
         } else if !positioned {
@@ -670,7 +670,7 @@ pub fn fixed_stream(fixed: &[Fixed]) -> String {
 
 /// The exit code contract: 0 compliant, 1 something denied or to rewrite
 /// (with `--fix`: still denied after fixing), 2 unusable input.
-pub fn exit_code(outcome: &Outcome, fix: bool) -> u8 {
+pub fn exit_code(outcome: &Checked, fix: bool) -> u8 {
     if fix && outcome.report.errors.is_empty() {
         u8::from(outcome.still_denied > 0)
     } else {
@@ -683,10 +683,10 @@ mod tests {
     use super::*;
     use crate::testing::{BAD, GOOD, REPO};
 
-    fn run(text: &str, fix: bool) -> Outcome {
+    fn run(text: &str, fix: bool) -> Checked {
         let list = crate::testing::incident_allowlist();
         check(
-            &[Source::text("m.yaml", text)],
+            &[Manifest::text("m.yaml", text)],
             &list,
             &Policy::default(),
             fix,

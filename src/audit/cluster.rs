@@ -101,27 +101,27 @@ impl Connection {
     /// Words a failed request `doing` (e.g. `list Pods in namespace "x"`)
     /// for a person: the apiserver's own message when it answered, what
     /// could not be reached when it did not.
-    pub fn describe(&self, doing: &str, e: &kube::Error) -> Failure {
+    pub fn describe(&self, doing: &str, e: &kube::Error) -> RequestFailure {
         let at = format!("{} (context \"{}\")", self.server, self.context);
         match e {
-            kube::Error::Api(status) if status.code == 401 => Failure::Fatal(format!(
+            kube::Error::Api(status) if status.code == 401 => RequestFailure::Fatal(format!(
                 "the cluster at {at} refused the credentials (401 Unauthorized: {}); the token may have expired: log in again or refresh the kubeconfig",
                 status.message
             )),
-            kube::Error::Api(status) => Failure::Request(format!(
+            kube::Error::Api(status) => RequestFailure::Request(format!(
                 "cannot {doing}: {} ({} {})",
                 status.message, status.code, status.reason
             )),
             // kube's own "ServiceError:"/"HyperError:" prefixes say nothing
             // to the reader; the causes do.
             kube::Error::HyperError(cause) => {
-                Failure::Fatal(format!("cannot reach the cluster at {at}: {}", chain(cause)))
+                RequestFailure::Fatal(format!("cannot reach the cluster at {at}: {}", chain(cause)))
             }
-            kube::Error::Service(cause) => Failure::Fatal(format!(
+            kube::Error::Service(cause) => RequestFailure::Fatal(format!(
                 "cannot reach the cluster at {at}: {}",
                 chain(cause.as_ref())
             )),
-            other => Failure::Request(format!("cannot {doing} from {at}: {}", chain(other))),
+            other => RequestFailure::Request(format!("cannot {doing} from {at}: {}", chain(other))),
         }
     }
 }
@@ -152,18 +152,18 @@ impl AuditError {
     }
 }
 
-impl From<Failure> for AuditError {
-    fn from(failure: Failure) -> Self {
+impl From<RequestFailure> for AuditError {
+    fn from(failure: RequestFailure) -> Self {
         match failure {
-            Failure::Fatal(m) => Self::Unreachable(m),
-            Failure::Request(m) => Self::Request(m),
+            RequestFailure::Fatal(m) => Self::Unreachable(m),
+            RequestFailure::Request(m) => Self::Request(m),
         }
     }
 }
 
 /// How bad a failed request is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
+pub enum RequestFailure {
     /// Nothing more can be read: the server is unreachable or refuses the
     /// credentials.
     Fatal(String),
@@ -171,10 +171,10 @@ pub enum Failure {
     Request(String),
 }
 
-impl Failure {
+impl RequestFailure {
     pub fn message(&self) -> &str {
         match self {
-            Failure::Fatal(m) | Failure::Request(m) => m,
+            RequestFailure::Fatal(m) | RequestFailure::Request(m) => m,
         }
     }
 }

@@ -21,7 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Connection, Failure, ListedAs, Lister};
+use super::{Connection, ListedAs, Lister, RequestFailure};
 use crate::allowlist::Source;
 use crate::objects::{Pruned, Shape};
 
@@ -194,7 +194,7 @@ fn source_of(csvs: &Csvs, csv: &Value) -> Option<Source> {
 }
 
 /// The CSVs `csvs` names, each an allowlist source.
-pub async fn read(connection: &Connection, csvs: &Csvs) -> Result<Vec<Source>, Failure> {
+pub async fn read(connection: &Connection, csvs: &Csvs) -> Result<Vec<Source>, RequestFailure> {
     let resource = ApiResource::erase::<InstalledCsv>(&());
     let lister = Lister {
         connection,

@@ -29,7 +29,7 @@ use crate::objects::{self, KINDS, Kind, Layout};
 use crate::policy::Policy;
 use crate::report::{ObjectReport, Report};
 
-pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, Connection, Failure, Settings};
+pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, Connection, RequestFailure, Settings};
 pub use write::Written;
 
 /// Which namespaces are read.
@@ -173,8 +173,8 @@ pub async fn run(
             });
             match judged.await {
                 Ok(()) => {}
-                Err(Failure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
-                Err(Failure::Request(m)) => audit.report.errors.push(m),
+                Err(RequestFailure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
+                Err(RequestFailure::Request(m)) => audit.report.errors.push(m),
             }
         }
         // What was judged: with --namespace-selector, objects of other
@@ -431,8 +431,8 @@ async fn namespaces(
                     // lists below still say whether it can read inside.
                     Err(kube::Error::Api(s)) if s.code == 403 => given.push(ns.clone()),
                     Err(e) => match connection.describe(&format!("get namespace \"{ns}\""), &e) {
-                        Failure::Fatal(m) => return Err(AuditError::Unreachable(m)),
-                        Failure::Request(m) => report.errors.push(m),
+                        RequestFailure::Fatal(m) => return Err(AuditError::Unreachable(m)),
+                        RequestFailure::Request(m) => report.errors.push(m),
                     },
                 }
             }
@@ -511,7 +511,7 @@ impl ListedAs for Listed {
 impl Lister<'_> {
     /// Calls `each` with every object in `namespace` (all with `None`), its
     /// `apiVersion` and `kind` set (list items of built-in kinds omit them).
-    async fn list(&self, namespace: Option<&str>, each: impl FnMut(Value)) -> Result<(), Failure> {
+    async fn list(&self, namespace: Option<&str>, each: impl FnMut(Value)) -> Result<(), RequestFailure> {
         self.list_as::<Listed>(namespace, each).await
     }
 
@@ -520,7 +520,7 @@ impl Lister<'_> {
         &self,
         namespace: Option<&str>,
         mut each: impl FnMut(Value),
-    ) -> Result<(), Failure> {
+    ) -> Result<(), RequestFailure> {
         let r = self.resource;
         let prefix = if r.group.is_empty() {
             format!("/api/{}", r.version)
@@ -542,7 +542,7 @@ impl Lister<'_> {
         loop {
             let request = Request::new(&path)
                 .list(&params)
-                .map_err(|e| Failure::Request(format!("cannot {doing}: {e}")))?;
+                .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
             let mut page: Page<T> = self
                 .connection
                 .client

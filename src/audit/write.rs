@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use strum::VariantArray;
 
-use super::{AuditError, Connection, Covered, Failure, Page};
+use super::{AuditError, Connection, Covered, Page, RequestFailure};
 use crate::judge::ImageVerdict;
 use crate::policy::Verdict;
 use crate::report::{ImageReport, ObjectReport, Report};
@@ -110,8 +110,8 @@ pub async fn policy_reports(
         match write_report(connection, ns.as_deref(), &content, owner, old.is_some()).await {
             Ok(()) if old.is_some() => written.updated += 1,
             Ok(()) => written.created += 1,
-            Err(Failure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
-            Err(Failure::Request(m)) => written.errors.push(m),
+            Err(RequestFailure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
+            Err(RequestFailure::Request(m)) => written.errors.push(m),
         }
     }
     Ok(written)
@@ -369,7 +369,7 @@ async fn write_report(
     content: &Content,
     owner: Option<&Value>,
     exists: bool,
-) -> Result<(), Failure> {
+) -> Result<(), RequestFailure> {
     let (path, kind, at) = match ns {
         Some(ns) => (
             format!("{GROUP_PATH}/namespaces/{ns}/policyreports"),
@@ -407,7 +407,7 @@ async fn write_report(
         });
         Request::new(&path).create(&PostParams::default(), body.to_string().into_bytes())
     }
-    .map_err(|e| Failure::Request(format!("cannot {at}: {e}")))?;
+    .map_err(|e| RequestFailure::Request(format!("cannot {at}: {e}")))?;
     connection
         .client
         .request::<serde::de::IgnoredAny>(request)
@@ -475,8 +475,8 @@ pub async fn events(
                 Ok(_) => written.created += 1,
                 Err(kube::Error::Api(s)) if s.code == 409 => written.unchanged += 1,
                 Err(e) => match connection.describe(&at, &e) {
-                    Failure::Fatal(m) => return Err(AuditError::Unreachable(m)),
-                    Failure::Request(m) => written.errors.push(m),
+                    RequestFailure::Fatal(m) => return Err(AuditError::Unreachable(m)),
+                    RequestFailure::Request(m) => written.errors.push(m),
                 },
             }
         }
@@ -540,8 +540,8 @@ pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<
             Ok(found) => found,
             // The CRDs are not installed: no report was ever written.
             Err(None) => continue,
-            Err(Some(Failure::Fatal(m))) => return Err(AuditError::Unreachable(m)),
-            Err(Some(Failure::Request(m))) => {
+            Err(Some(RequestFailure::Fatal(m))) => return Err(AuditError::Unreachable(m)),
+            Err(Some(RequestFailure::Request(m))) => {
                 removed.errors.push(m);
                 continue;
             }
@@ -570,8 +570,8 @@ pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<
                 // Gone already, or no longer the object listed.
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => match connection.describe(&doing, &e) {
-                    Failure::Fatal(m) => return Err(AuditError::Unreachable(m)),
-                    Failure::Request(m) => removed.errors.push(m),
+                    RequestFailure::Fatal(m) => return Err(AuditError::Unreachable(m)),
+                    RequestFailure::Request(m) => removed.errors.push(m),
                 },
             }
         }
@@ -622,7 +622,7 @@ async fn ours(
     plural: &str,
     kind: &str,
     owner_uid: Option<&str>,
-) -> Result<Vec<Meta>, Option<Failure>> {
+) -> Result<Vec<Meta>, Option<RequestFailure>> {
     let path = format!("{prefix}/{plural}");
     let mut params = ListParams::default()
         .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
@@ -631,7 +631,7 @@ async fn ours(
     loop {
         let request = Request::new(&path)
             .list(&params)
-            .map_err(|e| Some(Failure::Request(format!("cannot list {kind}s: {e}"))))?;
+            .map_err(|e| Some(RequestFailure::Request(format!("cannot list {kind}s: {e}"))))?;
         let mut page: Page<Item> = match connection.client.request(request).await {
             Ok(page) => page,
             Err(kube::Error::Api(s)) if s.code == 404 && kind != "Event" => return Err(None),
@@ -653,11 +653,11 @@ async fn ours(
 
 /// The uid of ClusterRole `name`: what owns everything the background audit
 /// writes, and what `cleanup --owner` deletes by.
-pub async fn cluster_role_uid(connection: &Connection, name: &str) -> Result<String, Failure> {
+pub async fn cluster_role_uid(connection: &Connection, name: &str) -> Result<String, RequestFailure> {
     let doing = format!("get ClusterRole \"{name}\"");
     let request = Request::new("/apis/rbac.authorization.k8s.io/v1/clusterroles")
         .get(name, &Default::default())
-        .map_err(|e| Failure::Request(format!("cannot {doing}: {e}")))?;
+        .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
     let role: Value = connection
         .client
         .request(request)
@@ -666,7 +666,7 @@ pub async fn cluster_role_uid(connection: &Connection, name: &str) -> Result<Str
     role.pointer("/metadata/uid")
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| Failure::Request(format!("ClusterRole \"{name}\" has no uid")))
+        .ok_or_else(|| RequestFailure::Request(format!("ClusterRole \"{name}\" has no uid")))
 }
 
 /// The owner reference put on what the background audit writes.
