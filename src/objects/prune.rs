@@ -240,6 +240,56 @@ mod prune_tests {
         assert_eq!(a.embedded.len(), b.embedded.len());
     }
 
+    /// An object of `kind` with an image at every place its layout names
+    /// by pointer (a container in each pod spec, the container itself).
+    fn with_images(kind: &kinds::Kind) -> Option<Value> {
+        let group = kind.groups[0];
+        let api = if group.is_empty() {
+            "v1".to_owned()
+        } else {
+            format!("{group}/v1")
+        };
+        let mut object = serde_json::json!({"apiVersion": api, "kind": kind.name, "metadata": {"name": "x"}});
+        let container = || serde_json::json!({"name": "c", "image": "quay.io/x/y:1", "env": [{"name": "A"}]});
+        let mut put = |pointer: &str, value: Value| {
+            let mut at = &mut object;
+            for token in pointer.trim_start_matches('/').split('/') {
+                at = at
+                    .as_object_mut()
+                    .unwrap()
+                    .entry(token)
+                    .or_insert_with(|| serde_json::json!({}));
+            }
+            *at = value;
+        };
+        match kind.layout {
+            kinds::Layout::PodSpec(pointer) => put(pointer, serde_json::json!({"containers": [container()]})),
+            kinds::Layout::PodSpecs(specs) => {
+                for (pointer, _) in specs {
+                    put(pointer, serde_json::json!({"containers": [container()]}));
+                }
+            }
+            kinds::Layout::Container(pointer) => put(pointer, container()),
+            _ => return None,
+        }
+        Some(object)
+    }
+
+    /// The pruned decoder keeps every place a kind's layout names: a kind
+    /// added with a new path fails here until `SPEC` keeps it.
+    #[test]
+    fn every_place_the_kinds_table_names_survives_pruning() {
+        let mut checked = 0;
+        for kind in kinds::KINDS {
+            let Some(object) = with_images(kind) else { continue };
+            let full = walk(&object);
+            assert!(!full.sites.is_empty(), "{}: {object}", kind.name);
+            assert_eq!(full.sites, walk(&pruned(&object)).sites, "{}", kind.name);
+            checked += 1;
+        }
+        assert!(checked >= 12, "{checked}");
+    }
+
     #[test]
     fn pruning_keeps_images_and_drops_the_rest() {
         let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
