@@ -6,9 +6,9 @@
 //! One run: discover which of the [kinds](crate::objects::kinds) the cluster
 //! serves, list each (paginated, decoding only what the walkers read, so a
 //! big cluster is never in memory at once), judge every object with
-//! [`judge`](crate::judge) and report it with [`report`](crate::report),
+//! [`judge`] and report it with [`report`](crate::report),
 //! naming each object's owner chain. Nothing is written unless asked:
-//! [`write`] writes policy reports and Events, [`write::remove`] deletes
+//! [`write()`] writes policy reports and Events, [`write::remove`] deletes
 //! them again.
 
 mod cluster;

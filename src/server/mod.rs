@@ -12,7 +12,7 @@
 //! - [`listen`]: the accept loop, a connection's life, the drain ([`gate`]:
 //!   which connections are held; [`tls`]: the key pair and rustls);
 //! - [`installed`] (the CSV watch) and [`audit`] (the background audit):
-//!   tasks on threads of their own ([`tasks`]), each taking only the
+//!   tasks on threads of their own (`tasks`), each taking only the
 //!   handles it uses;
 //! - [`alloc`]: allocator tuning for reloads.
 

@@ -1,8 +1,8 @@
 //! The reload thread: every interval it asks the allowlist
-//! [`Supply`](super::supply::Supply) and the TLS key pair whether their
+//! [`Supply`] and the TLS key pair whether their
 //! files changed, and puts what changed in force if it loads.
 //!
-//! Every source is stat'ed on an interval ([`stat_of`]); only a stat
+//! Every source is stat'ed on an interval (`fingerprint::stat_of`); only a stat
 //! change leads to reading the content, and only a change of content to
 //! parsing it. Every few polls the content is compared even without a stat
 //! change, in case an edit kept size and mtime. A failure is logged and
