@@ -1,6 +1,6 @@
 //! The audit's cluster code against a scripted apiserver, in process: kube's
-//! `Client` over a `tower` service that answers from a table, as kube-rs'
-//! controller-rs tests its reconcilers. Each test plays one request
+//! `Client` over a `tower-test` mock service whose handle answers each
+//! request from a table, as kube-rs' controller-rs tests its reconcilers. Each test plays one request
 //! sequence: discovery, a list in two pages, a kind RBAC forbids, a
 //! PolicyReport written once and then left alone, and the CSV watch
 //! relisting after `410 Gone`.
@@ -11,7 +11,6 @@
 //! expired resource version) on every run.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -46,11 +45,12 @@ struct Apiserver {
 impl Apiserver {
     fn connect(answer: impl Fn(&Seen, &[Seen]) -> Answer + Send + Sync + 'static) -> (Self, Connection) {
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let (service, mut handle) =
+            tower_test::mock::pair::<Request<kube::client::Body>, Response<Full<Bytes>>>();
         let log = seen.clone();
-        let answer = Arc::new(answer);
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let (log, answer) = (log.clone(), answer.clone());
-            async move {
+        // Answers each request as it comes, until the client is dropped.
+        tokio::spawn(async move {
+            while let Some((request, reply)) = handle.next_request().await {
                 let method = request.method().to_string();
                 let uri = request.uri().to_string();
                 let bytes = request.into_body().collect().await.unwrap().to_bytes();
@@ -64,7 +64,7 @@ impl Apiserver {
                     .header("content-type", "application/json")
                     .body(Full::new(Bytes::from(text)))
                     .unwrap();
-                Ok::<_, Infallible>(response)
+                reply.send_response(response);
             }
         });
         let connection = Connection {
