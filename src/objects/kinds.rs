@@ -1,7 +1,7 @@
 //! The kinds digest-gate reads, one entry each: the walker dispatches on
-//! this table, metrics label kinds from it, and the pruned decoder keeps
-//! the inline image fields it names. Adding a kind is one entry here (and
-//! its tests).
+//! this table, metrics label kinds from it, and the pruned decoder reads
+//! from it which keys lead to pod specs and containers, and the inline
+//! image fields. Adding a kind is one entry here (and its tests).
 
 /// Where a kind keeps its images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,10 @@
 //! Decoding only what the walkers read.
 
+use std::sync::LazyLock;
+
 use serde_json::Value;
 
-use super::kinds;
+use super::kinds::{self, KINDS, Layout};
 
 // === decoding only what the walkers read ===
 
@@ -10,9 +12,11 @@ use super::kinds;
 /// patches need, and ConfigMap data. Everything else (env, args, probes,
 /// managedFields, status) is skipped while decoding, without allocating.
 ///
-/// Keep this in step with the layouts in [`super::kinds`] (the inline image
-/// fields come from there): the tests check that a pruned object walks to
-/// exactly the sites of the full one.
+/// The keys on the way to a pod spec or a container are read from the
+/// layouts in [`super::kinds`], so adding a kind there is all it takes; the
+/// structure the walkers know by heart (a runtime's `workerSpec`, an
+/// InferenceService's components) is named here. The tests check that a
+/// pruned object walks to exactly the sites of the full one.
 #[derive(Debug)]
 pub enum Shape {
     /// Keep the value whole.
@@ -21,11 +25,78 @@ pub enum Shape {
     /// list, shaped alike; drop the rest.
     Object(
         &'static [(&'static str, &'static Shape)],
-        &'static [(&'static [&'static str], &'static Shape)],
+        &'static [(Names, &'static Shape)],
     ),
     /// An array whose elements are shaped.
     List(&'static Shape),
 }
+
+/// Keys a shape applies to alike.
+#[derive(Debug)]
+pub enum Names {
+    /// Written out.
+    Listed(&'static [&'static str]),
+    /// Read from the kinds table once, on first use.
+    Kinds(&'static LazyLock<Vec<&'static str>>),
+}
+
+impl Names {
+    fn contains(&self, key: &str) -> bool {
+        match self {
+            Self::Listed(names) => names.contains(&key),
+            Self::Kinds(names) => names.contains(&key),
+        }
+    }
+}
+
+/// The JSON Pointers the kinds table names: each pod spec (`false`) and
+/// each container (`true`).
+fn table_pointers() -> Vec<(&'static str, bool)> {
+    let mut out = Vec::new();
+    for kind in KINDS {
+        match kind.layout {
+            Layout::PodSpec(p) => out.push((p, false)),
+            Layout::PodSpecs(specs) => out.extend(specs.iter().map(|(p, _)| (*p, false))),
+            Layout::Container(p) => out.push((p, true)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every key on the way from an object's `spec` (or `template`) to a pod
+/// spec or a container the table names: what [`SPEC`] keeps as itself.
+static HOLDERS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut keys: Vec<&'static str> = Vec::new();
+    for (pointer, container) in table_pointers() {
+        let tokens: Vec<&'static str> = pointer.trim_start_matches('/').split('/').collect();
+        // A container's last token is the container itself.
+        let holders = if container {
+            &tokens[..tokens.len() - 1]
+        } else {
+            &tokens[..]
+        };
+        for t in holders {
+            if !keys.contains(t) {
+                keys.push(t);
+            }
+        }
+    }
+    keys
+});
+
+/// The keys the table names a single container by (`container`).
+static CONTAINER_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut keys: Vec<&'static str> = Vec::new();
+    for (pointer, container) in table_pointers() {
+        if let (true, Some((_, last))) = (container, pointer.rsplit_once('/'))
+            && !keys.contains(&last)
+        {
+            keys.push(last);
+        }
+    }
+    keys
+});
 
 static KEEP: Shape = Shape::Keep;
 static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)], &[]);
@@ -42,23 +113,18 @@ static SPEC: Shape = Shape::Object(
         ("initContainers", &CONTAINERS),
         ("ephemeralContainers", &CONTAINERS),
         ("volumes", &VOLUMES),
+        // A runtime's multi-node workers, and an InferenceService's
+        // components: the walkers' own structure, not the table's.
         ("workerSpec", &SPEC),
-        ("template", &SPEC),
-        ("spec", &SPEC),
-        ("jobTemplate", &SPEC),
         ("predictor", &SPEC),
         ("transformer", &SPEC),
         ("explainer", &SPEC),
-        ("worker", &SPEC),
-        ("prefill", &SPEC),
-        ("router", &SPEC),
-        ("scheduler", &SPEC),
-        ("tokenizer", &SPEC),
-        ("container", &CONTAINER),
     ],
     &[
-        (kinds::PREDICTOR_INLINE, &CONTAINER),
-        (kinds::EXPLAINER_INLINE, &CONTAINER),
+        (Names::Kinds(&HOLDERS), &SPEC),
+        (Names::Kinds(&CONTAINER_KEYS), &CONTAINER),
+        (Names::Listed(kinds::PREDICTOR_INLINE), &CONTAINER),
+        (Names::Listed(kinds::EXPLAINER_INLINE), &CONTAINER),
     ],
 );
 /// The metadata reviews and patches need, and `$extra` fields.
@@ -195,7 +261,7 @@ impl<'de> serde::de::Visitor<'de> for PrunedVisitor {
                         .or_else(|| {
                             alike
                                 .iter()
-                                .find(|(names, _)| names.contains(&&*key))
+                                .find(|(names, _)| names.contains(&key))
                                 .map(|(_, s)| *s)
                         });
                     match shape {
@@ -275,8 +341,8 @@ mod prune_tests {
         Some(object)
     }
 
-    /// The pruned decoder keeps every place a kind's layout names: a kind
-    /// added with a new path fails here until `SPEC` keeps it.
+    /// The pruned decoder keeps every place a kind's layout names, read
+    /// from the table: a kind added there is decoded without a change here.
     #[test]
     fn every_place_the_kinds_table_names_survives_pruning() {
         let mut checked = 0;
@@ -288,6 +354,26 @@ mod prune_tests {
             checked += 1;
         }
         assert!(checked >= 12, "{checked}");
+    }
+
+    #[test]
+    fn the_keys_read_from_the_table_are_the_ones_written_before() {
+        let mut holders = HOLDERS.clone();
+        holders.sort_unstable();
+        assert_eq!(
+            holders,
+            [
+                "jobTemplate",
+                "prefill",
+                "router",
+                "scheduler",
+                "spec",
+                "template",
+                "tokenizer",
+                "worker"
+            ]
+        );
+        assert_eq!(*CONTAINER_KEYS, ["container"]);
     }
 
     #[test]
