@@ -1,11 +1,11 @@
 //! Judging one object: walk its image sites, decide each against the policy,
-//! and return one typed [`Judgement`]: per image its [`Outcome`], reason code,
-//! message and warning; for the object its [`ObjectVerdict`] and the JSON
-//! Patch (RFC 6902) that puts it on promoted digests, with the
-//! `digest-gate.dev/rewritten-images` annotation recording what changed.
-//! `admission` and `check` only encode what this returns.
+//! and return one typed [`Judgement`]: per image its decision, [`Outcome`],
+//! reason code and message, and the fix that puts it on its promoted digest
+//! ([`Judgement::fix_ops`]); for the object its [`ObjectVerdict`]. Nothing
+//! here renders: `admission` words warnings and builds the patch and its
+//! record, `check` edits files, `report` writes lines.
 //!
-//! Applying the patch and judging the result again yields no further change:
+//! Applying the fixes and judging the result again yields no further change:
 //! every rewrite target is a promoted digest.
 
 use std::borrow::Cow;

@@ -5,15 +5,15 @@
 //! One image's way through: [`objects`] finds the image sites of an object
 //! by its kind's entry in [`objects::kinds`], [`policy`] decides each against
 //! the [`allowlist`] using the [`reference`](mod@reference) grammar, and [`judge`] turns the
-//! decisions into a verdict, a JSON Patch and messages ([`text`] keeps
-//! request strings in them safe). [`check`] feeds the same path from manifest
+//! decisions into a verdict and fixes; [`admission`] renders the JSON Patch
+//! and the messages ([`text`] keeps request strings in them safe). [`check`] feeds the same path from manifest
 //! files ([`yaml`] keeps their positions for `--fix`).
 //!
 //! One `POST /mutate`, one way through, never back into a module left:
 //! 1. [`server`] accepts the TLS connection and hands the body to its HTTP route;
 //! 2. [`admission`] decodes the AdmissionReview (only what the walkers read);
-//! 3. [`judge`] walks the object ([`objects`]), decides each image ([`policy`]), builds the patch;
-//! 4. [`admission`] encodes that [`judge::Judgement`] as the AdmissionReview answer;
+//! 3. [`judge`] walks the object ([`objects`]), decides each image ([`policy`]), finds the fixes;
+//! 4. [`admission`] renders that [`judge::Judgement`] (warnings, patch, record) and encodes the answer;
 //! 5. [`server`] sends it, then counts it ([`metrics`]) and logs the decision.
 
 pub mod admission;
