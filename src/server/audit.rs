@@ -208,8 +208,10 @@ impl Auditor<'_> {
             }
             tokio::select! {
                 () = tokio::time::sleep(self.flags.interval) => {}
-                changed = allowlists.changed() => if changed.is_ok() {
-                    tracing::info!("background audit: the allowlist changed; auditing again");
+                changed = allowlists.changed() => match changed {
+                    Ok(()) => tracing::info!("background audit: the allowlist changed; auditing again"),
+                    // The supply has stopped: the server is stopping.
+                    Err(_) => return,
                 },
                 changed = leader.changed() => if changed.is_err() {
                     tracing::error!("background audit: leader election stopped; not auditing");
