@@ -166,8 +166,8 @@ pub struct AdmissionMetrics {
 }
 
 /// Times one review from its start; records into the latency histogram
-/// when dropped, unless [`Timer::discard`]ed (a request refused before
-/// review is counted apart, not timed). The endpoint's series is made only
+/// when stopped or dropped, unless [`Timer::discard`]ed (a request refused
+/// before review is counted apart, not timed). The endpoint's series is made only
 /// then, as for the request counter: a refused request makes none.
 pub struct Timer {
     histograms: Option<Family<EndpointLabels, Histogram>>,
@@ -176,24 +176,35 @@ pub struct Timer {
 }
 
 impl Timer {
-    /// The time so far.
-    pub fn elapsed(&self) -> std::time::Duration {
-        self.started.elapsed()
+    /// Records the time so far, and returns it (one clock read for the
+    /// histogram and the decision log).
+    pub fn stop(mut self) -> std::time::Duration {
+        let elapsed = self.started.elapsed();
+        self.record(elapsed);
+        elapsed
     }
 
     /// Records nothing.
     pub fn discard(mut self) {
         self.histograms = None;
     }
-}
 
-impl Drop for Timer {
-    fn drop(&mut self) {
-        if let Some(histograms) = &self.histograms {
+    fn record(&mut self, elapsed: std::time::Duration) {
+        if let Some(histograms) = self.histograms.take() {
             let endpoint = self.endpoint;
             histograms
                 .get_or_create(&EndpointLabels { endpoint })
-                .observe(self.started.elapsed().as_secs_f64());
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+}
+
+impl Drop for Timer {
+    /// A timer neither stopped nor discarded (an answer that unwound)
+    /// still records.
+    fn drop(&mut self) {
+        if self.histograms.is_some() {
+            self.record(self.started.elapsed());
         }
     }
 }

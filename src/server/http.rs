@@ -185,8 +185,8 @@ async fn review_body(state: &State, request: Request) -> Result<Bytes, Response>
     read_body(state, request.into_body()).await
 }
 
-/// Counts and logs an answer, and sends it; its time is recorded when
-/// `timer` drops, once the answer is built.
+/// Counts and logs an answer, and sends it; `timer` records its time as
+/// the answer is counted.
 fn answer(
     endpoint: &'static str,
     state: &State,
@@ -202,7 +202,7 @@ fn answer(
             return error(StatusCode::BAD_REQUEST, bad.to_string());
         }
     };
-    let elapsed = timer.elapsed();
+    let elapsed = timer.stop();
     let admission = &state.metrics.admission;
     admission.request(RequestLabels {
         endpoint,
