@@ -1,5 +1,5 @@
 //! Judging one object: walk its image sites, decide each against the policy,
-//! and return one typed [`Judgement`]: per image its decision, [`Outcome`],
+//! and return one typed [`Judgement`]: per image its decision, [`ImageVerdict`],
 //! reason code and message, and the fix that puts it on its promoted digest
 //! ([`Judgement::fix_ops`]); for the object its [`ObjectVerdict`]. Nothing
 //! here renders: `admission` words warnings and builds the patch and its
@@ -21,36 +21,10 @@ use crate::objects::{self, Embedded, Site, Walk};
 use crate::policy::{Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason, Verdict};
 use crate::yaml::{self, Edit, Offsets};
 
-/// What happens to one image.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Promoted, or an unlisted repository where those are allowed; in audit
-    /// mode, everything that is not exempt.
-    Allow,
-    /// Matched an exemption: allowed, and said so.
-    Exempt { pattern: String },
-    /// Rewritten to the promoted reference `to`.
-    Rewrite { to: String },
-    /// Denied; `instead` is the promoted reference to use when one is known
-    /// (enforce mode, or a rewrite that cannot be applied in place).
-    Deny { instead: Option<String> },
-}
-
-impl Outcome {
-    /// The outcome without its payload, as reports and the images metric
-    /// name it.
-    pub fn verdict(&self) -> ImageVerdict {
-        match self {
-            Self::Allow => ImageVerdict::Allow,
-            Self::Exempt { .. } => ImageVerdict::Exempt,
-            Self::Rewrite { .. } => ImageVerdict::Rewrite,
-            Self::Deny { .. } => ImageVerdict::Deny,
-        }
-    }
-}
-
-/// What a report says happened to one image: an [`Outcome`] without its
-/// payload. Its names are derived once, for reports, serde and metrics.
+/// What happens to one image, as reports and the images metric name it:
+/// the admission [`Verdict`], with exemptions told apart from other allows.
+/// The payload (the target, the pattern, the reference to use) stays in the
+/// [`Decision`]. Its names are derived once, for reports, serde and metrics.
 #[derive(
     Debug,
     Clone,
@@ -123,20 +97,12 @@ impl ImageJudgement {
 
     /// What happens to the image, from the decision (so the two never
     /// disagree).
-    pub fn outcome(&self) -> Outcome {
-        let to = || self.decision.finding.rewrite_to().map(str::to_owned);
-        match (&self.decision.verdict, &self.decision.finding) {
-            (_, Finding::Exempt { pattern }) => Outcome::Exempt {
-                pattern: pattern.clone(),
-            },
-            (Verdict::Allow, _) => Outcome::Allow,
-            (Verdict::Rewrite, _) => Outcome::Rewrite {
-                to: to().unwrap_or_default(),
-            },
-            (Verdict::Deny, Finding::Deny(Denial::CannotRewrite { to, .. })) => Outcome::Deny {
-                instead: Some(to.clone()),
-            },
-            (Verdict::Deny, _) => Outcome::Deny { instead: to() },
+    pub fn verdict(&self) -> ImageVerdict {
+        match (self.decision.verdict, &self.decision.finding) {
+            (_, Finding::Exempt { .. }) => ImageVerdict::Exempt,
+            (Verdict::Allow, _) => ImageVerdict::Allow,
+            (Verdict::Rewrite, _) => ImageVerdict::Rewrite,
+            (Verdict::Deny, _) => ImageVerdict::Deny,
         }
     }
 

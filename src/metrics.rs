@@ -169,13 +169,13 @@ pub struct AdmissionMetrics {
 /// when stopped or dropped, unless [`Timer::discard`]ed (a request refused
 /// before review is counted apart, not timed). The endpoint's series is made only
 /// then, as for the request counter: a refused request makes none.
-pub struct Timer {
-    histograms: Option<Family<EndpointLabels, Histogram>>,
+pub struct Timer<'m> {
+    histograms: Option<&'m Family<EndpointLabels, Histogram>>,
     endpoint: &'static str,
     started: std::time::Instant,
 }
 
-impl Timer {
+impl Timer<'_> {
     /// Records the time so far, and returns it (one clock read for the
     /// histogram and the decision log).
     pub fn stop(mut self) -> std::time::Duration {
@@ -199,7 +199,7 @@ impl Timer {
     }
 }
 
-impl Drop for Timer {
+impl Drop for Timer<'_> {
     /// A timer neither stopped nor discarded (an answer that unwound)
     /// still records.
     fn drop(&mut self) {
@@ -247,9 +247,9 @@ impl AdmissionMetrics {
     }
 
     /// Starts timing a review on `endpoint`.
-    pub fn timer(&self, endpoint: &'static str) -> Timer {
+    pub fn timer(&self, endpoint: &'static str) -> Timer<'_> {
         Timer {
-            histograms: Some(self.duration.clone()),
+            histograms: Some(&self.duration),
             endpoint,
             started: std::time::Instant::now(),
         }

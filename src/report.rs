@@ -248,7 +248,7 @@ fn image_report(
         path,
         container,
         volume,
-        verdict: i.outcome().verdict(),
+        verdict: i.verdict(),
         rewrite: i.decision.rewrite_to().map(str::to_owned),
         code: i.reason(),
         reason: i.message(),

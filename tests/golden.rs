@@ -183,20 +183,15 @@ fn metric_families(text: &str) -> String {
         }
         let kind = kinds.get(&current).map(String::as_str).unwrap_or("");
         let (series, value) = sample(line);
-        let varies = kind == "histogram"
-            || current.ends_with("_timestamp_seconds")
-            || current.ends_with("_expiry_timestamp_seconds");
+        let name = series.split_once('{').map_or(series, |(n, _)| n);
         let kept = if kind == "histogram" {
             // One line per label set: the count's.
-            match series
-                .split_once('{')
-                .map_or(series, |(n, _)| n)
-                .ends_with("_count")
-            {
-                true => format!("{series} <varies>"),
-                false => continue,
+            if !name.ends_with("_count") {
+                continue;
             }
-        } else if varies {
+            format!("{series} <varies>")
+        } else if current.ends_with("_timestamp_seconds") {
+            // Reload times, the audit's, and the certificate's expiry.
             format!("{series} <varies>")
         } else {
             format!("{series} {value}")

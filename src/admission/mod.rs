@@ -428,11 +428,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement, object: &Value
             denial_message(j.denials().map(ImageJudgement::message).collect()),
         ),
     };
-    out.images = j
-        .images
-        .iter()
-        .map(|i| (i.outcome().verdict(), i.reason()))
-        .collect();
+    out.images = j.images.iter().map(|i| (i.verdict(), i.reason())).collect();
     out.promoted_by = j.promoted_by();
     out
 }

@@ -33,15 +33,7 @@ impl Loader {
             version,
             replaces: text("/spec/replaces").map(str::to_owned),
         });
-        let mut entries = 0;
-        if let Some(Value::Array(related)) = csv.pointer("/spec/relatedImages") {
-            for (i, item) in related.iter().enumerate() {
-                let p = format!("{ptr}/spec/relatedImages/{i}/image");
-                if let Some(image) = self.string(ctx, item.get("image"), &p) {
-                    entries += self.promote_image(ctx, image, &p, provenance);
-                }
-            }
-        }
+        let mut entries = self.promote_list(ctx, csv, ptr, "/spec/relatedImages", "image", provenance);
         if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {
             for (d, deployment) in deployments.iter().enumerate() {
                 for list in ["containers", "initContainers"] {

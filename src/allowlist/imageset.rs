@@ -18,15 +18,6 @@ impl Loader {
         let provenance = self
             .builder
             .provenance(Provenance::of(ctx.shared.clone(), origin));
-        let mut entries = 0;
-        if let Some(Value::Array(images)) = isc.pointer("/mirror/additionalImages") {
-            for (i, item) in images.iter().enumerate() {
-                let p = format!("{ptr}/mirror/additionalImages/{i}/name");
-                if let Some(image) = self.string(ctx, item.get("name"), &p) {
-                    entries += self.promote_image(ctx, image, &p, provenance);
-                }
-            }
-        }
-        entries
+        self.promote_list(ctx, isc, ptr, "/mirror/additionalImages", "name", provenance)
     }
 }

@@ -688,6 +688,31 @@ impl Loader {
         }
     }
 
+    /// Promotes the image named at `key` of each item of the list at
+    /// `list` in `doc` (at `ptr` in its file): how CSVs and
+    /// ImageSetConfigurations list their images.
+    pub(super) fn promote_list(
+        &mut self,
+        ctx: &Ctx<'_>,
+        doc: &Value,
+        ptr: &str,
+        list: &str,
+        key: &str,
+        provenance: u32,
+    ) -> usize {
+        let Some(Value::Array(items)) = doc.pointer(list) else {
+            return 0;
+        };
+        let mut entries = 0;
+        for (i, item) in items.iter().enumerate() {
+            let p = format!("{ptr}{list}/{i}/{key}");
+            if let Some(image) = self.string(ctx, item.get(key), &p) {
+                entries += self.promote_image(ctx, image, &p, provenance);
+            }
+        }
+        entries
+    }
+
     /// Promotes an image listed by a CSV or ImageSetConfiguration. Those also
     /// list images pinned only by tag, which cannot be promoted: skip them
     /// with a warning rather than refuse the operator's whole list.

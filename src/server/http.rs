@@ -190,7 +190,7 @@ async fn review_body(state: &State, request: Request) -> Result<Bytes, Response>
 fn answer(
     endpoint: &'static str,
     state: &State,
-    timer: Timer,
+    timer: Timer<'_>,
     answered: Result<admission::Answer, admission::BadReview>,
 ) -> Response {
     let answer = match answered {

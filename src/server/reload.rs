@@ -57,13 +57,7 @@ pub fn export_expiry(metrics: &ReloadMetrics, expiry: Option<i64>, cert: &Path) 
 }
 
 fn read_pair(files: &CertFiles) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| TlsError::Read {
-            path: path.to_owned(),
-            source,
-        })
-    };
-    Ok((read(&files.cert)?, read(&files.key)?))
+    Ok((tls::read(&files.cert)?, tls::read(&files.key)?))
 }
 
 // === impl Certificate ===

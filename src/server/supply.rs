@@ -80,8 +80,7 @@ pub fn check_edit(
     policy: &Policy,
 ) -> Result<(), SupplyError> {
     let installed = installed.and_then(Installed::sources);
-    let loaded = merge(sources, installed.as_deref())?;
-    usable(&loaded, policy)
+    load(sources, installed.as_deref(), policy, false).map(|_| ())
 }
 
 /// The allowlist files, opened and fingerprinted before anything is

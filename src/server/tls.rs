@@ -46,7 +46,8 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+/// A PEM file's bytes, or a [`TlsError::Read`] naming it.
+pub fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
         path: path.to_owned(),
         source,
