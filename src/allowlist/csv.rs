@@ -5,7 +5,8 @@
 use serde_json::Value;
 
 use super::Provenance;
-use super::load::{Ctx, Loader, SourceKind};
+use super::input::SourceKind;
+use super::load::{Ctx, Loader};
 
 // === impl Loader ===
 

@@ -42,3 +42,13 @@ impl fmt::Display for LoadErrors {
         Ok(())
     }
 }
+
+/// A problem with a whole source (it cannot be read, or is not text).
+pub(super) fn file_error(file: &str, message: impl Into<String>) -> LoadError {
+    LoadError {
+        file: file.to_owned(),
+        line: None,
+        entry: None,
+        message: message.into(),
+    }
+}

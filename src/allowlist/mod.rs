@@ -13,6 +13,7 @@ mod emit;
 mod error;
 mod exempt;
 mod imageset;
+mod input;
 mod lint;
 mod load;
 mod native;
@@ -29,11 +30,12 @@ use hashbrown::HashTable;
 pub use emit::to_native_yaml;
 pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
-pub use lint::{Lint, lint};
-pub use load::{
-    Format, INSTALLED_PREFIX, Input, Loaded, OpenFile, Source, SourceKind, SourceSummary, configmap_sources,
-    inputs, load_paths, load_sources, load_text, open_files, source_files,
+pub use input::{
+    INSTALLED_PREFIX, Input, OpenFile, Source, SourceKind, configmap_sources, inputs, open_files,
+    source_files,
 };
+pub use lint::{Lint, lint};
+pub use load::{Format, Loaded, SourceSummary, load_paths, load_sources, load_text};
 
 /// Where an entry came from, for conflict messages and provenance.
 #[derive(Debug, Clone, PartialEq, Eq)]
