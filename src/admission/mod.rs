@@ -243,17 +243,18 @@ fn decode<O: serde::de::DeserializeOwned>(body: &[u8]) -> Result<RequestIn<O>, B
 /// `.`, in name order, named by key — and encodes the answer: denied with
 /// the loader's `key:line: message` when they do not load, so a broken edit
 /// is refused before any replica reads it.
-pub fn answer_allowlist(
+pub fn answer_allowlist<E: std::fmt::Display>(
     body: &[u8],
-    check: impl FnOnce(&[Source]) -> Result<(), String>,
+    check: impl FnOnce(&[Source]) -> Result<(), E>,
 ) -> Result<Answer, BadReview> {
     let request: RequestIn<Value> = decode(body)?;
     let response = match (request.operation.as_str(), request.object.as_ref()) {
         ("CREATE" | "UPDATE", Some(Value::Object(object))) => {
-            match allowlist::configmap_sources(object)
-                .map_err(|e| e.to_string())
-                .and_then(|sources| check(&sources))
-            {
+            let checked = match allowlist::configmap_sources(object) {
+                Ok(sources) => check(&sources).map_err(|e| e.to_string()),
+                Err(errors) => Err(errors.to_string()),
+            };
+            match checked {
                 Ok(()) => Response::allow(ObjectVerdict::Allow),
                 // 403 as for image denials: kubectl prints the message of
                 // a 403, while for a 422 without field causes it prints only

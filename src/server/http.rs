@@ -133,7 +133,6 @@ async fn validate_allowlist(Extract(state): Extract<Arc<State>>, request: Reques
     let answered = tokio::task::spawn_blocking(move || {
         admission::answer_allowlist(&body, |sources| {
             supply::check_edit(sources, checking.installed.as_deref(), &checking.policy)
-                .map_err(|e| e.to_string())
         })
     })
     .await;
