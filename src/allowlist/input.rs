@@ -38,7 +38,7 @@ pub enum SourceKind {
     InstalledCsv,
 }
 
-/// Each of `sources` as an [`Input`], for [`load_sources`].
+/// Each of `sources` as an [`Input`], for [`load_sources`](super::load_sources).
 pub fn inputs<T: Input>(sources: &[T]) -> impl Iterator<Item = &dyn Input> {
     sources.iter().map(|s| s as &dyn Input)
 }
@@ -143,7 +143,7 @@ impl Input for OpenFile {
     }
 }
 
-/// Opens the files [`load_paths`] would load, without reading them.
+/// Opens the files [`load_paths`](super::load_paths) would load, without reading them.
 pub fn open_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<OpenFile>, LoadErrors> {
     let files = source_files(paths)?;
     let mut errors = Vec::new();
@@ -161,7 +161,7 @@ pub fn open_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<OpenFile>, LoadErro
     }
 }
 
-/// The files [`load_paths`] reads: each path, or a directory's visible files.
+/// The files [`load_paths`](super::load_paths) reads: each path, or a directory's visible files.
 pub fn source_files<P: AsRef<Path>>(paths: &[P]) -> Result<Vec<PathBuf>, LoadErrors> {
     let mut errors = Vec::new();
     let mut files = Vec::new();
