@@ -86,28 +86,19 @@ impl std::fmt::Display for Csvs {
 }
 
 static KEEP: Shape = Shape::Keep;
-static METADATA: Shape = Shape::Object(
-    &[("name", &KEEP), ("namespace", &KEEP), ("resourceVersion", &KEEP)],
-    &[],
-);
-static SPEC: Shape = Shape::Object(
-    &[
-        ("version", &KEEP),
-        ("replaces", &KEEP),
-        ("relatedImages", &KEEP),
-        ("install", &KEEP),
-    ],
-    &[],
-);
-static CSV: Shape = Shape::Object(
-    &[
-        ("apiVersion", &KEEP),
-        ("kind", &KEEP),
-        ("metadata", &METADATA),
-        ("spec", &SPEC),
-    ],
-    &[],
-);
+static METADATA: Shape = Shape::Object(&[("name", &KEEP), ("namespace", &KEEP), ("resourceVersion", &KEEP)]);
+static SPEC: Shape = Shape::Object(&[
+    ("version", &KEEP),
+    ("replaces", &KEEP),
+    ("relatedImages", &KEEP),
+    ("install", &KEEP),
+]);
+static CSV: Shape = Shape::Object(&[
+    ("apiVersion", &KEEP),
+    ("kind", &KEEP),
+    ("metadata", &METADATA),
+    ("spec", &SPEC),
+]);
 
 /// An installed CSV as a list or a watch hands it out: the metadata the
 /// watch resumes from, and what the allowlist reads.

@@ -21,31 +21,54 @@ use super::kinds::{self, KINDS, Layout};
 pub enum Shape {
     /// Keep the value whole.
     Keep,
-    /// An object: keep these keys, each shaped, and the keys of each name
-    /// list, shaped alike; drop the rest.
-    Object(
-        &'static [(&'static str, &'static Shape)],
-        &'static [(Names, &'static Shape)],
-    ),
+    /// An object: keep these keys, each shaped; drop the rest.
+    Object(&'static [(&'static str, &'static Shape)]),
+    /// An object whose keys are partly read from the kinds table, gathered
+    /// on first use.
+    Keyed(&'static LazyLock<Keys>),
     /// An array whose elements are shaped.
     List(&'static Shape),
 }
 
-/// Keys a shape applies to alike.
-#[derive(Debug)]
-pub enum Names {
-    /// Written out.
-    Listed(&'static [&'static str]),
-    /// Read from the kinds table once, on first use.
-    Kinds(&'static LazyLock<Vec<&'static str>>),
+impl Shape {
+    /// How the value under `key` is kept, if it is: `None` drops it.
+    fn field(&self, key: &str) -> Option<&'static Shape> {
+        match self {
+            Self::Object(fields) => fields.iter().find(|(name, _)| *name == key).map(|(_, s)| *s),
+            Self::Keyed(keys) => keys.get(key),
+            Self::Keep | Self::List(_) => None,
+        }
+    }
 }
 
-impl Names {
-    fn contains(&self, key: &str) -> bool {
-        match self {
-            Self::Listed(names) => names.contains(&key),
-            Self::Kinds(names) => names.contains(&key),
+/// The keys an object keeps, bucketed by length. A spec is where most keys
+/// are read and dropped (env, args, probes, resources…), once per key per
+/// review: a dropped key costs a length lookup and the few comparisons of
+/// its bucket, not one per kept key.
+#[derive(Debug)]
+pub struct Keys {
+    by_len: Vec<Vec<(&'static str, &'static Shape)>>,
+}
+
+impl Keys {
+    /// The first shape given for a key wins.
+    fn new(entries: impl IntoIterator<Item = (&'static str, &'static Shape)>) -> Self {
+        let mut by_len: Vec<Vec<(&'static str, &'static Shape)>> = Vec::new();
+        for (name, shape) in entries {
+            if by_len.len() <= name.len() {
+                by_len.resize_with(name.len() + 1, Vec::new);
+            }
+            let bucket = &mut by_len[name.len()];
+            if !bucket.iter().any(|(n, _)| *n == name) {
+                bucket.push((name, shape));
+            }
         }
+        Self { by_len }
+    }
+
+    fn get(&self, key: &str) -> Option<&'static Shape> {
+        let bucket = self.by_len.get(key.len())?;
+        bucket.iter().find(|(name, _)| *name == key).map(|(_, s)| *s)
     }
 }
 
@@ -66,7 +89,7 @@ fn table_pointers() -> Vec<(&'static str, bool)> {
 
 /// Every key on the way from an object's `spec` (or `template`) to a pod
 /// spec or a container the table names: what [`SPEC`] keeps as itself.
-static HOLDERS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+fn holders() -> Vec<&'static str> {
     let mut keys: Vec<&'static str> = Vec::new();
     for (pointer, container) in table_pointers() {
         let tokens: Vec<&'static str> = pointer.trim_start_matches('/').split('/').collect();
@@ -83,10 +106,10 @@ static HOLDERS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         }
     }
     keys
-});
+}
 
 /// The keys the table names a single container by (`container`).
-static CONTAINER_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+fn container_keys() -> Vec<&'static str> {
     let mut keys: Vec<&'static str> = Vec::new();
     for (pointer, container) in table_pointers() {
         if let (true, Some((_, last))) = (container, pointer.rsplit_once('/'))
@@ -96,19 +119,20 @@ static CONTAINER_KEYS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         }
     }
     keys
-});
+}
 
 static KEEP: Shape = Shape::Keep;
-static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)], &[]);
+static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
 static CONTAINERS: Shape = Shape::List(&CONTAINER);
-static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)], &[]);
+static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
 static VOLUMES: Shape = Shape::List(&VOLUME);
 /// The union of a pod spec, a runtime spec, an InferenceService component,
 /// the workload kinds' templates, and the parts of an LLMInferenceService
 /// (whose `template` is a pod spec, where a workload's holds one in `spec`)
 /// and a ClusterStorageContainer.
-static SPEC: Shape = Shape::Object(
-    &[
+static SPEC: Shape = Shape::Keyed(&SPEC_KEYS);
+static SPEC_KEYS: LazyLock<Keys> = LazyLock::new(|| {
+    let written: [(&'static str, &'static Shape); 8] = [
         ("containers", &CONTAINERS),
         ("initContainers", &CONTAINERS),
         ("ephemeralContainers", &CONTAINERS),
@@ -119,14 +143,16 @@ static SPEC: Shape = Shape::Object(
         ("predictor", &SPEC),
         ("transformer", &SPEC),
         ("explainer", &SPEC),
-    ],
-    &[
-        (Names::Kinds(&HOLDERS), &SPEC),
-        (Names::Kinds(&CONTAINER_KEYS), &CONTAINER),
-        (Names::Listed(kinds::PREDICTOR_INLINE), &CONTAINER),
-        (Names::Listed(kinds::EXPLAINER_INLINE), &CONTAINER),
-    ],
-);
+    ];
+    let inline = kinds::PREDICTOR_INLINE.iter().chain(kinds::EXPLAINER_INLINE);
+    Keys::new(
+        written
+            .into_iter()
+            .chain(holders().into_iter().map(|k| (k, &SPEC)))
+            .chain(container_keys().into_iter().map(|k| (k, &CONTAINER)))
+            .chain(inline.map(|k| (*k, &CONTAINER))),
+    )
+});
 /// The metadata reviews and patches need, and `$extra` fields.
 macro_rules! metadata_shape {
     ($($extra:literal),*) => {
@@ -139,7 +165,6 @@ macro_rules! metadata_shape {
                 ("deletionTimestamp", &KEEP),
                 $(($extra, &KEEP)),*
             ],
-            &[],
         )
     };
 }
@@ -147,19 +172,16 @@ static METADATA: Shape = metadata_shape!();
 /// An object's top level around its `metadata` shape.
 macro_rules! object_shape {
     ($metadata:expr) => {
-        Shape::Object(
-            &[
-                ("apiVersion", &KEEP),
-                ("kind", &KEEP),
-                ("metadata", $metadata),
-                ("spec", &SPEC),
-                ("template", &SPEC),
-                ("data", &KEEP),
-                ("objects", &OBJECTS),
-                ("parameters", &PARAMETERS),
-            ],
-            &[],
-        )
+        Shape::Object(&[
+            ("apiVersion", &KEEP),
+            ("kind", &KEEP),
+            ("metadata", $metadata),
+            ("spec", &SPEC),
+            ("template", &SPEC),
+            ("data", &KEEP),
+            ("objects", &OBJECTS),
+            ("parameters", &PARAMETERS),
+        ])
     };
 }
 /// A Kubernetes object as the walkers read it.
@@ -167,7 +189,7 @@ pub static OBJECT: Shape = object_shape!(&METADATA);
 static OBJECTS: Shape = Shape::List(&OBJECT);
 /// A Template's parameters: an image written `${NAME}` is read from the
 /// default of parameter NAME.
-static PARAMETER: Shape = Shape::Object(&[("name", &KEEP), ("value", &KEEP)], &[]);
+static PARAMETER: Shape = Shape::Object(&[("name", &KEEP), ("value", &KEEP)]);
 static PARAMETERS: Shape = Shape::List(&PARAMETER);
 static LISTED_METADATA: Shape = metadata_shape!("uid", "ownerReferences");
 /// A Kubernetes object as `audit` reads it from a list: [`OBJECT`] and the
@@ -252,19 +274,9 @@ impl<'de> serde::de::Visitor<'de> for PrunedVisitor {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = serde_json::Map::new();
         match self.0 {
-            Shape::Object(fields, alike) => {
+            Shape::Object(_) | Shape::Keyed(_) => {
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    let shape = fields
-                        .iter()
-                        .find(|(name, _)| *name == key)
-                        .map(|(_, s)| *s)
-                        .or_else(|| {
-                            alike
-                                .iter()
-                                .find(|(names, _)| names.contains(&key))
-                                .map(|(_, s)| *s)
-                        });
-                    match shape {
+                    match self.0.field(&key) {
                         Some(shape) => {
                             let v = map.next_value_seed(Pruned(shape))?;
                             out.insert(key.into_owned(), v);
@@ -358,7 +370,7 @@ mod prune_tests {
 
     #[test]
     fn the_keys_read_from_the_table_are_the_ones_written_before() {
-        let mut holders = HOLDERS.clone();
+        let mut holders = holders();
         holders.sort_unstable();
         assert_eq!(
             holders,
@@ -373,7 +385,24 @@ mod prune_tests {
                 "worker"
             ]
         );
-        assert_eq!(*CONTAINER_KEYS, ["container"]);
+        assert_eq!(container_keys(), ["container"]);
+    }
+
+    #[test]
+    fn a_key_is_found_in_its_length_bucket_and_the_first_shape_given_wins() {
+        let keys = Keys::new([
+            ("image", &KEEP),
+            ("spec", &SPEC),
+            ("image", &CONTAINER),
+            ("name", &KEEP),
+        ]);
+        assert!(matches!(keys.get("image"), Some(Shape::Keep)));
+        assert!(matches!(keys.get("spec"), Some(Shape::Keyed(_))));
+        assert!(matches!(keys.get("name"), Some(Shape::Keep)));
+        // Same length as a kept key, longer than any, and empty.
+        for missing in ["imagf", "spex", "terminationMessagePolicy", ""] {
+            assert!(keys.get(missing).is_none(), "{missing}");
+        }
     }
 
     #[test]
