@@ -1,5 +1,5 @@
 //! The command line: flag definitions and dispatch for `serve`, `check`,
-//! `audit`, `allowlist convert` and `allowlist lint`. Every flag also reads
+//! `audit`, `allowlist convert`, `allowlist lint` and `allowlist verify`. Every flag also reads
 //! `DIGEST_GATE_<FLAG>` from the environment.
 
 use std::io::Write;
@@ -12,6 +12,8 @@ use crate::allowlist::{self, Exemption, Loaded, Pattern};
 use crate::audit;
 use crate::check;
 use crate::policy::{Mode, Policy, Unlisted};
+use crate::published::Platform;
+use crate::registry::{self, RegistryArgs, verify};
 use crate::report;
 use crate::server;
 
@@ -349,6 +351,58 @@ pub enum AllowlistCommand {
         #[arg(long, env = "DIGEST_GATE_STRICT")]
         strict: bool,
     },
+    /// Ask the registries whether every promoted digest can be pulled:
+    /// present where a node pulls it (mirrors first), an image rather than
+    /// a signature or an artifact, and there for each --platform.
+    ///
+    /// Exit codes: 0 every digest ok; 1 a digest is missing, not runnable or
+    /// missing a platform; 2 unusable flags, credentials or allowlist, or a
+    /// digest that could not be verified (and none that fails).
+    Verify(Box<VerifyArgs>),
+}
+
+/// `digest-gate allowlist verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Allowlist file or directory (repeat, or comma-separate in the env var).
+    #[arg(long = "allowlist", env = "DIGEST_GATE_ALLOWLIST", value_delimiter = ',')]
+    pub allowlists: Vec<PathBuf>,
+    /// More allowlist files or directories.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// A platform the nodes run, OS/ARCH[/VARIANT] (repeatable): each
+    /// digest must have a runnable image for it, with its blobs.
+    #[arg(long = "platform", env = "DIGEST_GATE_PLATFORM", value_delimiter = ',')]
+    pub platforms: Vec<Platform>,
+    /// Nodes pull only from mirrors: never contact a mirrored source
+    /// (mirrorSourcePolicy: NeverContactSource on every rule).
+    #[arg(long, env = "DIGEST_GATE_MIRRORS_ONLY")]
+    pub mirrors_only: bool,
+    /// Which blobs of each platform's image must be there.
+    #[arg(long, env = "DIGEST_GATE_BLOBS", value_enum, default_value_t = BlobsArg::Config)]
+    pub blobs: BlobsArg,
+    /// Report format.
+    #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = VerifyOutput::Text)]
+    pub output: VerifyOutput,
+    /// No progress bar (it is shown only on a terminal).
+    #[arg(short, long, env = "DIGEST_GATE_QUIET")]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BlobsArg {
+    /// Each platform image's config.
+    Config,
+    /// Its config and every layer.
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyOutput {
+    Text,
+    Json,
 }
 
 /// Runs the command line and returns the process exit code.
@@ -361,6 +415,7 @@ pub fn main() -> ExitCode {
         Command::Cleanup(args) => run_cleanup(&args),
         Command::Allowlist(AllowlistCommand::Convert { files, name }) => run_convert(&files, &name),
         Command::Allowlist(AllowlistCommand::Lint { files, strict }) => run_lint(&files, strict),
+        Command::Allowlist(AllowlistCommand::Verify(args)) => run_verify(&args),
     };
     ExitCode::from(code)
 }
@@ -712,6 +767,44 @@ fn run_lint(files: &[PathBuf], strict: bool) -> u8 {
     let lint = allowlist::lint(&loaded);
     print_out(&lint.report);
     u8::from(strict && lint.warnings > 0)
+}
+
+fn run_verify(args: &VerifyArgs) -> u8 {
+    let paths: Vec<PathBuf> = args.allowlists.iter().chain(&args.files).cloned().collect();
+    if paths.is_empty() {
+        missing_allowlist();
+    }
+    let loaded = match load(&paths) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let settings = match args.registry.settings() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let options = verify::Options {
+        platforms: args.platforms.clone(),
+        mirrors_only: args.mirrors_only,
+        blobs: match args.blobs {
+            BlobsArg::Config => verify::Blobs::Config,
+            BlobsArg::All => verify::Blobs::All,
+        },
+    };
+    let report = match registry::verify_allowlist(&loaded.allowlist, settings, &options, args.quiet) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    match args.output {
+        VerifyOutput::Text => print_out(&report.text()),
+        VerifyOutput::Json => print_out(&report.json()),
+    }
+    report.exit_code()
 }
 
 #[cfg(test)]

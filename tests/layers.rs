@@ -11,7 +11,7 @@ mod common;
 
 const LAYERS: &[&[&str]] = &[
     &["text", "reference", "yaml", "flags"],
-    &["objects", "allowlist"],
+    &["objects", "allowlist", "published"],
     &["policy"],
     &["judge"],
     &["admission", "report", "sarif", "metrics"],

@@ -71,6 +71,9 @@ pub fn to_native_yaml(list: &Allowlist, name: &str, sources: &[String]) -> Strin
                 scalar(&rule.source),
                 mirrors.join(", ")
             );
+            if rule.never_contact_source {
+                let _ = writeln!(out, "      mirrorSourcePolicy: {}", rule.source_policy());
+            }
         }
     }
     if !list.exemptions().is_empty() {

@@ -281,7 +281,26 @@ impl<'a> Promoted<'a> {
 pub struct MirrorRule {
     pub source: String,
     pub mirrors: Vec<String>,
+    /// `mirrorSourcePolicy: NeverContactSource`: nodes pull only from the
+    /// mirrors (a disconnected cluster). Where images are pulled, not what
+    /// is promoted: judging reads only the prefixes.
+    pub never_contact_source: bool,
 }
+
+impl MirrorRule {
+    /// The policy as ImageDigestMirrorSet spells it.
+    pub fn source_policy(&self) -> &'static str {
+        if self.never_contact_source {
+            NEVER_CONTACT_SOURCE
+        } else {
+            ALLOW_CONTACTING_SOURCE
+        }
+    }
+}
+
+/// `mirrorSourcePolicy` values, as ImageDigestMirrorSet spells them.
+pub const ALLOW_CONTACTING_SOURCE: &str = "AllowContactingSource";
+pub const NEVER_CONTACT_SOURCE: &str = "NeverContactSource";
 
 /// The promoted-digest allowlist.
 ///
@@ -935,8 +954,10 @@ impl Builder {
         Ok(())
     }
 
-    /// Adds a mirror rule (prefixes already canonical).
-    pub fn mirror(&mut self, source: &str, mirrors: &[String]) {
+    /// Adds a mirror rule (prefixes already canonical). Rules for one
+    /// source merge, as the machine-config operator merges them: mirrors in
+    /// order, and never contacting the source if any rule says so.
+    pub fn mirror(&mut self, source: &str, mirrors: &[String], never_contact_source: bool) {
         for m in mirrors {
             let sources = self.list.mirrors.entry(m.as_str().into()).or_default();
             if !sources.iter().any(|s| &**s == source) {
@@ -950,10 +971,12 @@ impl Builder {
                         rule.mirrors.push(m.clone());
                     }
                 }
+                rule.never_contact_source |= never_contact_source;
             }
             None => self.list.mirror_rules.push(MirrorRule {
                 source: source.to_owned(),
                 mirrors: mirrors.to_vec(),
+                never_contact_source,
             }),
         }
     }
@@ -1172,7 +1195,7 @@ mod tests {
         let mut b = Builder::default();
         b.promote("registry.redhat.io/rhods/ovms", &d('a'), &["v1"], &origin(1))
             .unwrap();
-        b.mirror("registry.redhat.io/rhods", &["quay.io/modh".to_owned()]);
+        b.mirror("registry.redhat.io/rhods", &["quay.io/modh".to_owned()], false);
         let list = b.build();
         assert!(list.candidates("quay.io/modh/ovms").is_promoted(&d('a')));
         assert!(list.candidates("quay.io/modh/other").is_empty());

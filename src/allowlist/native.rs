@@ -76,9 +76,12 @@ impl<'de> Deserialize<'de> for DigestEntry {
 /// `spec.mirrors[]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 struct MirrorEntry {
     source: Located<String>,
     mirrors: Option<Located<Vec<Located<String>>>>,
+    /// As in ImageDigestMirrorSet; absent means AllowContactingSource.
+    mirror_source_policy: Option<Located<String>>,
 }
 
 /// The part of `metadata` provenance names.
@@ -439,7 +442,30 @@ impl Sink<'_> {
     }
 
     fn mirror(&mut self, rule: Located<MirrorEntry>, i: usize) {
-        let MirrorEntry { source, mirrors } = rule.value;
+        let MirrorEntry {
+            source,
+            mirrors,
+            mirror_source_policy,
+        } = rule.value;
+        let never_contact_source = match mirror_source_policy {
+            None => false,
+            Some(p) if p.value == super::ALLOW_CONTACTING_SOURCE => false,
+            Some(p) if p.value == super::NEVER_CONTACT_SOURCE => true,
+            Some(p) => {
+                let message = format!(
+                    "'{}' is not a mirror source policy: write {} or {}",
+                    p.value,
+                    super::ALLOW_CONTACTING_SOURCE,
+                    super::NEVER_CONTACT_SOURCE
+                );
+                self.error(
+                    p.line,
+                    format_args!("spec.mirrors[{i}].mirrorSourcePolicy"),
+                    message,
+                );
+                false
+            }
+        };
         let source = match reference::canonical_prefix(&source.value) {
             Ok(s) => s,
             Err(e) => {
@@ -467,7 +493,7 @@ impl Sink<'_> {
                 "lists no mirrors",
             );
         }
-        self.builder.mirror(&source, &canonical);
+        self.builder.mirror(&source, &canonical, never_contact_source);
     }
 
     fn exempt(&mut self, pattern: Located<String>, i: usize) {

@@ -1,0 +1,199 @@
+//! Whether a promoted digest is published: what a registry said about it.
+//!
+//! The vocabulary of `allowlist verify` (and, later, of `check --registry`
+//! and the webhook's background verification). It sits beside `allowlist`
+//! so the layers that decide (policy, judge) can read it without reaching
+//! up to the registry client that finds it out.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// What a registry said about one promoted (repository, digest), worst
+/// last: when several things are wrong, the greatest names it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum State {
+    /// Present, runnable, and there for every platform asked for.
+    Ok,
+    /// Not checked to the end: refused credentials, an unknown repository
+    /// (which Docker Hub and Quay answer exactly as a private one), network
+    /// errors, rate limits after retries. Never counted as missing.
+    Unverifiable,
+    /// Runnable, but not for every platform asked for (or a blob of that
+    /// platform's image is not there: a sparse mirror).
+    PlatformMissing,
+    /// Present, but not an image: a signature, an attestation, another
+    /// artifact, or an index of none.
+    NotRunnable,
+    /// The registry said, to a request it authorised, that it does not
+    /// have this manifest (`MANIFEST_UNKNOWN`).
+    Missing,
+}
+
+impl State {
+    /// Whether Pods using it will not start (what exit code 1 reports).
+    pub fn fails(self) -> bool {
+        matches!(self, Self::Missing | Self::NotRunnable | Self::PlatformMissing)
+    }
+}
+
+/// What a tag the allowlist names for a digest names now. A tag never
+/// changes its digest's [`State`]: it is a label, the digest is the pin.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum TagState {
+    /// Names the promoted digest.
+    Ok,
+    /// Names another digest now.
+    Moved,
+    /// Not in the repository.
+    Missing,
+    /// Could not be asked.
+    Unverifiable,
+}
+
+/// A node platform, `os/architecture[/variant]`, as an image index names
+/// its children and as `kubernetes.io/os` and `kubernetes.io/arch` label
+/// nodes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Platform {
+    pub os: String,
+    pub architecture: String,
+    pub variant: Option<String>,
+}
+
+impl Platform {
+    /// Whether an image for `other` runs here: os and architecture equal,
+    /// and the variant too when this one names one (`linux/arm64` takes
+    /// `linux/arm64/v8`; `linux/arm/v7` does not take `linux/arm/v6`).
+    pub fn accepts(&self, other: &Platform) -> bool {
+        self.os == other.os
+            && self.architecture == other.architecture
+            && (self.variant.is_none() || self.variant == other.variant)
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.os, self.architecture)?;
+        match &self.variant {
+            Some(v) => write!(f, "/{v}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a platform does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a platform: write OS/ARCH or OS/ARCH/VARIANT, e.g. linux/amd64 or linux/arm/v7")]
+pub struct PlatformError(String);
+
+impl FromStr for Platform {
+    type Err = PlatformError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split('/').collect();
+        let valid = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        match parts[..] {
+            [os, arch] if [os, arch].iter().all(valid) => Ok(Self {
+                os: os.to_owned(),
+                architecture: arch.to_owned(),
+                variant: None,
+            }),
+            [os, arch, variant] if [os, arch, variant].iter().all(valid) => Ok(Self {
+                os: os.to_owned(),
+                architecture: arch.to_owned(),
+                variant: Some(variant.to_owned()),
+            }),
+            _ => Err(PlatformError(s.to_owned())),
+        }
+    }
+}
+
+impl Serialize for Platform {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strum::VariantArray;
+
+    #[test]
+    fn states_order_by_precedence_and_read_alike_everywhere() {
+        let mut worst = State::Ok;
+        for s in [
+            State::Unverifiable,
+            State::PlatformMissing,
+            State::NotRunnable,
+            State::Missing,
+        ] {
+            assert!(s > worst);
+            worst = worst.max(s);
+        }
+        for s in State::VARIANTS {
+            let name: &'static str = s.into();
+            assert_eq!(serde_json::to_value(s).unwrap(), name);
+            assert_eq!(s.to_string(), name);
+            assert_eq!(name.parse::<State>().unwrap(), *s);
+        }
+        for s in TagState::VARIANTS {
+            let name: &'static str = s.into();
+            assert_eq!(serde_json::to_value(s).unwrap(), name);
+        }
+        assert_eq!(State::PlatformMissing.to_string(), "platform-missing");
+        assert!(!State::Unverifiable.fails() && State::Missing.fails());
+    }
+
+    #[test]
+    fn platforms_parse_print_and_match_as_nodes_and_indexes_name_them() {
+        let arm64: Platform = "linux/arm64".parse().unwrap();
+        let v8: Platform = "linux/arm64/v8".parse().unwrap();
+        assert_eq!(v8.to_string(), "linux/arm64/v8");
+        assert!(arm64.accepts(&v8) && !v8.accepts(&arm64));
+        let v7: Platform = "linux/arm/v7".parse().unwrap();
+        assert!(!v7.accepts(&"linux/arm/v6".parse().unwrap()));
+        for bad in [
+            "linux",
+            "linux/",
+            "/amd64",
+            "linux/amd64/v1/x",
+            "linux/am d64",
+            "",
+        ] {
+            let e = bad.parse::<Platform>().unwrap_err();
+            assert!(e.to_string().contains("OS/ARCH"), "{bad}: {e}");
+        }
+    }
+}

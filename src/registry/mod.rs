@@ -1,0 +1,113 @@
+//! Asking registries whether promoted digests can be pulled
+//! (`allowlist verify`). Never on the admission path.
+//!
+//! `auth` finds credentials, `client` asks (limits, retries, what an answer
+//! means), `manifest` reads what was served, `verify` decides each digest's
+//! [`State`](crate::published::State), and `render` writes the report.
+
+pub mod auth;
+pub mod client;
+pub mod manifest;
+pub mod render;
+pub mod verify;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::flags::parse_duration;
+
+/// How to reach registries: the options every registry-facing command
+/// shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegistryArgs {
+    /// Registry credentials (containers-auth.json or .docker/config.json).
+    /// Default: $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
+    /// ~/.config/containers/auth.json, ~/.docker/config.json, the first
+    /// that exists.
+    #[arg(long, env = "DIGEST_GATE_REGISTRY_AUTH", value_name = "FILE")]
+    pub registry_auth: Option<PathBuf>,
+    /// PEM file of CA certificates trusted beside the system's (repeatable).
+    #[arg(
+        long,
+        env = "DIGEST_GATE_REGISTRY_CA",
+        value_name = "FILE",
+        value_delimiter = ','
+    )]
+    pub registry_ca: Vec<PathBuf>,
+    /// Longest a registry may take to connect or to send the next bytes.
+    #[arg(long, env = "DIGEST_GATE_REGISTRY_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub registry_timeout: Duration,
+    /// Registry requests in flight (at most 4 to one registry).
+    #[arg(long, env = "DIGEST_GATE_REGISTRY_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub registry_concurrency: u16,
+}
+
+impl RegistryArgs {
+    /// The client settings, its credentials file read.
+    pub fn settings(&self) -> Result<client::Settings, auth::AuthError> {
+        let auth = auth::AuthFile::discover(self.registry_auth.as_deref())?;
+        Ok(client::Settings::new(
+            auth,
+            self.registry_ca.clone(),
+            self.registry_timeout,
+            usize::from(self.registry_concurrency),
+        ))
+    }
+}
+
+/// Why verification could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Setup(#[from] client::SetupError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Verifies every promoted digest of `list`, with a progress bar on a
+/// terminal unless `quiet`.
+pub fn verify_allowlist(
+    list: &crate::allowlist::Allowlist,
+    settings: client::Settings,
+    options: &verify::Options,
+    quiet: bool,
+) -> Result<render::Report, VerifyError> {
+    let in_flight = settings.concurrency * 2;
+    let registries = client::Registries::new(settings)?;
+    let subjects = verify::subjects(list);
+    let progress = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        // Draws only when standard error is a terminal.
+        indicatif::ProgressBar::with_draw_target(
+            Some(subjects.len() as u64),
+            indicatif::ProgressDrawTarget::stderr(),
+        )
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(VerifyError::Runtime)?;
+    let images = runtime.block_on(verify::verify(
+        &registries,
+        list.mirror_rules(),
+        subjects,
+        options,
+        in_flight,
+        &|v: &verify::Verification| {
+            progress.set_message(format!(
+                "{}@{}",
+                v.repository,
+                crate::reference::short_digest(&v.digest)
+            ));
+            progress.inc(1);
+        },
+    ));
+    progress.finish_and_clear();
+    Ok(render::Report::new(
+        images,
+        registries.warnings().to_vec(),
+        registries.requests(),
+    ))
+}
