@@ -5,9 +5,9 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check soak fuzz
 
-test: fmt-check clippy unit chart-test
+test: fmt-check clippy unit chart-test registry-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -51,6 +51,22 @@ chart-test: $(VENV)/.installed tools promtool build fetch
 
 build:
 	$(CARGO) build --locked
+
+# The registry-facing tests run real registries on loopback: Debian's
+# docker-registry (the CNCF distribution registry 2.8; only the binary is
+# taken out of the package, which would set up a service) and skopeo,
+# which pushes the OCI layouts the tests build.
+REGISTRY_DIR ?= $(HOME)/.cache/digest-gate-registry
+registry-tools:
+	@command -v skopeo >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq skopeo; }
+	@test -x $(REGISTRY_DIR)/docker-registry || { \
+		apt-get update -qq && rm -rf $(REGISTRY_DIR)/deb && mkdir -p $(REGISTRY_DIR)/deb && \
+		cd $(REGISTRY_DIR)/deb && apt-get download -qq docker-registry 2>/dev/null && \
+		dpkg-deb -x docker-registry_*.deb . && mv usr/bin/docker-registry $(REGISTRY_DIR)/docker-registry && \
+		rm -rf $(REGISTRY_DIR)/deb; }
+
+registry-test: $(VENV)/.installed tools registry-tools build
+	cd tests/registry && DIGEST_GATE_REGISTRY_CACHE=$(REGISTRY_DIR) $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # The e2e suite: the chart installed with real Helm on a real Kubernetes 1.20
 # control plane (etcd, kube-apiserver, kube-controller-manager on loopback),

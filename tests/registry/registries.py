@@ -1,0 +1,273 @@
+"""Real registries on loopback for the registry-facing tests.
+
+Debian's `docker-registry` (the CNCF distribution registry 2.8) serves TLS
+from a test CA, with htpasswd or token auth and blob deletion enabled;
+Debian's `skopeo` pushes OCI layouts built here by hand (tiny layers, no
+network). `make registry-tools` installs both; the paths can be overridden
+with DIGEST_GATE_DOCKER_REGISTRY and DIGEST_GATE_SKOPEO.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import os
+import pathlib
+import shutil
+import socket
+import ssl
+import subprocess
+import tarfile
+import time
+import urllib.request
+
+import bcrypt
+
+CACHE = pathlib.Path(os.environ.get("DIGEST_GATE_REGISTRY_CACHE", pathlib.Path.home() / ".cache" / "digest-gate-registry"))
+
+
+def tool(env: str, cached: pathlib.Path, name: str) -> str:
+    path = os.environ.get(env) or (str(cached) if cached.exists() else shutil.which(name))
+    if not path:
+        raise RuntimeError(f"{name} is not installed: run `make registry-tools`")
+    return path
+
+
+def docker_registry() -> str:
+    return tool("DIGEST_GATE_DOCKER_REGISTRY", CACHE / "docker-registry", "docker-registry")
+
+
+def skopeo() -> str:
+    return tool("DIGEST_GATE_SKOPEO", CACHE / "skopeo-not-cached", "skopeo")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- certificates ---------------------------------------------------------
+
+def openssl(*args: str, cwd: pathlib.Path):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(out: pathlib.Path, name: str = "ca") -> pathlib.Path:
+    """A CA key and self-signed certificate: out/NAME.{key,crt}."""
+    out.mkdir(parents=True, exist_ok=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=digest-gate test {name}",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=out)
+    return out / f"{name}.crt"
+
+
+def make_leaf(out: pathlib.Path, name: str, ca: str = "ca", san: str = "IP:127.0.0.1,DNS:localhost") -> pathlib.Path:
+    """A key and a certificate for 127.0.0.1 signed by out/CA: out/NAME.{key,crt}."""
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr", cwd=out)
+    (out / f"{name}.ext").write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\n"
+                                     "keyUsage=digitalSignature,keyEncipherment\n")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=out)
+    return out / f"{name}.crt"
+
+
+# --- OCI layouts ------------------------------------------------------------
+
+def digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def canonical(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+class Layout:
+    """An OCI image layout directory built blob by blob."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        (path / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+        (path / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+        self.refs: list[dict] = []
+
+    def blob(self, data: bytes, media_type: str, **extra) -> dict:
+        d = digest(data)
+        (self.path / "blobs" / "sha256" / d.split(":")[1]).write_bytes(data)
+        return {"mediaType": media_type, "digest": d, "size": len(data), **extra}
+
+    def layer(self, text: str) -> dict:
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w") as tar:
+            data = text.encode()
+            info = tarfile.TarInfo("hello.txt")
+            info.size = len(data)
+            info.mtime = 0
+            tar.addfile(info, io.BytesIO(data))
+        return self.blob(gzip.compress(raw.getvalue(), mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+
+    def image(self, os_: str, arch: str, variant: str | None = None, text: str = "hello") -> dict:
+        """An image manifest for a platform; its descriptor."""
+        layer = self.layer(f"{text} {os_}/{arch}")
+        config = {"architecture": arch, "os": os_, "rootfs": {"type": "layers", "diff_ids": []},
+                  "config": {"Cmd": ["/hello"]}}
+        if variant:
+            config["variant"] = variant
+        config_d = self.blob(canonical(config), "application/vnd.oci.image.config.v1+json")
+        manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": config_d, "layers": [layer]}
+        platform = {"os": os_, "architecture": arch, **({"variant": variant} if variant else {})}
+        return self.blob(canonical(manifest), manifest["mediaType"], platform=platform)
+
+    def index(self, children: list[dict]) -> dict:
+        index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": children}
+        return self.blob(canonical(index), index["mediaType"])
+
+    def manifest(self, manifest: dict) -> dict:
+        return self.blob(canonical(manifest), manifest.get("mediaType", "application/vnd.oci.image.manifest.v1+json"))
+
+    def tag(self, descriptor: dict, tag: str):
+        entry = {k: v for k, v in descriptor.items() if k in ("mediaType", "digest", "size")}
+        entry["annotations"] = {"org.opencontainers.image.ref.name": tag}
+        self.refs.append(entry)
+        (self.path / "index.json").write_text(json.dumps(
+            {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": self.refs}))
+
+
+def cosign_signature(layout: Layout, subject: str) -> dict:
+    """A cosign `.sig` manifest in the shape cosign writes (an image config,
+    one simple-signing layer with its signature annotation)."""
+    payload = canonical({"critical": {"identity": {"docker-reference": "127.0.0.1/x"},
+                                      "image": {"docker-manifest-digest": subject},
+                                      "type": "cosign container image signature"}, "optional": None})
+    layer = layout.blob(payload, "application/vnd.dev.cosign.simplesigning.v1+json",
+                        annotations={"dev.cosignproject.cosign/signature": base64.b64encode(b"sig").decode()})
+    config = layout.blob(canonical({"architecture": "", "os": "", "rootfs": {"type": "layers", "diff_ids": []},
+                                    "config": {}}), "application/vnd.oci.image.config.v1+json")
+    return layout.manifest({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                            "config": config, "layers": [layer]})
+
+
+def cosign_attestation(layout: Layout, subject: str) -> dict:
+    """A cosign `.att` manifest: a DSSE envelope layer."""
+    envelope = canonical({"payloadType": "application/vnd.in-toto+json",
+                          "payload": base64.b64encode(canonical({"subject": [{"digest": {"sha256": subject[7:]}}]})).decode(),
+                          "signatures": [{"sig": "c2ln"}]})
+    layer = layout.blob(envelope, "application/vnd.dsse.envelope.v1+json",
+                        annotations={"predicateType": "https://slsa.dev/provenance/v0.2"})
+    config = layout.blob(canonical({"architecture": "", "os": "", "rootfs": {"type": "layers", "diff_ids": []},
+                                    "config": {}}), "application/vnd.oci.image.config.v1+json")
+    return layout.manifest({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                            "config": config, "layers": [layer]})
+
+
+def artifact(layout: Layout) -> dict:
+    """An OCI 1.1 artifact (an SBOM): artifactType, the empty config."""
+    empty = layout.blob(b"{}", "application/vnd.oci.empty.v1+json")
+    sbom = layout.blob(b'{"spdxVersion":"SPDX-2.3"}', "application/spdx+json")
+    return layout.manifest({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                            "artifactType": "application/spdx+json", "config": empty, "layers": [sbom]})
+
+
+# --- the registry -----------------------------------------------------------
+
+class Registry:
+    """`docker-registry serve` on a loopback port, TLS from `certs`, for the
+    length of a `with` block. `users` turns on htpasswd auth; `token` (a
+    dict of realm, service, issuer, rootcertbundle) token auth."""
+
+    def __init__(self, work: pathlib.Path, certs: pathlib.Path, name: str, users: dict[str, str] | None = None,
+                 token: dict | None = None, tls: bool = True):
+        self.dir = work / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        self.certs = certs
+        self.users = users or {}
+        config = {
+            "version": 0.1,
+            "log": {"level": "error", "accesslog": {"disabled": True}},
+            "storage": {"filesystem": {"rootdirectory": str(self.dir / "data")}, "delete": {"enabled": True},
+                        "maintenance": {"uploadpurging": {"enabled": False}}},
+            "http": {"addr": self.host, "headers": {"X-Content-Type-Options": ["nosniff"]}},
+        }
+        if tls:
+            make_leaf(certs, name)
+            config["http"]["tls"] = {"certificate": str(certs / f"{name}.crt"), "key": str(certs / f"{name}.key")}
+        if users:
+            lines = [f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=4)).decode()}" for u, p in users.items()]
+            (self.dir / "htpasswd").write_text("\n".join(lines) + "\n")
+            config["auth"] = {"htpasswd": {"realm": "digest-gate-test", "path": str(self.dir / "htpasswd")}}
+        if token:
+            config["auth"] = {"token": token}
+        (self.dir / "config.yml").write_text(json.dumps(config))
+        self.proc = None
+        self.tls = tls
+
+    def __enter__(self):
+        log = open(self.dir / "registry.log", "wb")
+        self.proc = subprocess.Popen([docker_registry(), "serve", str(self.dir / "config.yml")],
+                                     stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"docker-registry did not start: {(self.dir / 'registry.log').read_text()}")
+                time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def push(self, layout: Layout, tag: str, repo: str, dest_tag: str | None = None, user: str | None = None):
+        """skopeo copy --all --preserve-digests oci:LAYOUT:TAG docker://HOST/REPO:TAG."""
+        argv = [skopeo(), "--insecure-policy", "copy", "--all", "--preserve-digests", "--quiet",
+                f"oci:{layout.path}:{tag}", f"docker://{self.host}/{repo}:{dest_tag or tag}"]
+        if self.tls:
+            argv.insert(-2, f"--dest-cert-dir={self.skopeo_certs()}")
+        else:
+            argv.insert(-2, "--dest-tls-verify=false")
+        if user:
+            argv.insert(-2, f"--dest-creds={user}:{self.users.get(user, '')}")
+        elif self.users:
+            u, p = next(iter(self.users.items()))
+            argv.insert(-2, f"--dest-creds={u}:{p}")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise RuntimeError(f"skopeo copy failed: {done.stderr}")
+
+    def skopeo_certs(self) -> pathlib.Path:
+        """A directory with the CA as `ca.crt`, as skopeo's --cert-dir wants."""
+        d = self.certs / "skopeo"
+        d.mkdir(exist_ok=True)
+        shutil.copy(self.certs / "ca.crt", d / "ca.crt")
+        return d
+
+    def delete_blob(self, repo: str, blob: str, user: str | None = None):
+        """DELETE /v2/REPO/blobs/DIGEST (storage.delete is enabled): a sparse mirror."""
+        request = urllib.request.Request(f"https://{self.host}/v2/{repo}/blobs/{blob}", method="DELETE")
+        if self.users:
+            u = user or next(iter(self.users))
+            creds = base64.b64encode(f"{u}:{self.users[u]}".encode()).decode()
+            request.add_header("Authorization", f"Basic {creds}")
+        context = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            assert answer.status == 202, answer.status
+
+
+def auth_file(path: pathlib.Path, entries: dict[str, tuple[str, str]]) -> pathlib.Path:
+    """A containers-auth.json with `auths` for each key."""
+    auths = {k: {"auth": base64.b64encode(f"{u}:{p}".encode()).decode()} for k, (u, p) in entries.items()}
+    path.write_text(json.dumps({"auths": auths}))
+    return path

@@ -1,0 +1,251 @@
+"""`digest-gate allowlist verify` against real registries on loopback.
+
+Two distribution registries (htpasswd auth on the source, none on the
+mirror), TLS from a test CA, images pushed by skopeo from OCI layouts built
+in registries.py: every state, the mirror order, NeverContactSource, a
+moved tag, refused credentials, a CA that cannot be read, plain HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from support import binary  # noqa: E402
+
+from registries import Layout, Registry, artifact, auth_file, cosign_attestation, cosign_signature, make_ca  # noqa: E402
+
+USER, PASSWORD = "puller", "s3cret"
+NEVER_PUSHED = "sha256:" + "7ef272bc" * 8
+
+
+class World:
+    """The registries, what was pushed, and the files a test points at."""
+
+    def __init__(self, work: pathlib.Path):
+        self.work = work
+        self.certs = work / "certs"
+        make_ca(self.certs)
+        self.ca = self.certs / "ca.crt"
+        self.auth = auth_file(work / "auth.json", {})
+        self.layout = Layout(work / "layout")
+        lay = self.layout
+        self.amd64 = lay.image("linux", "amd64")
+        self.arm64 = lay.image("linux", "arm64", "v8")
+        self.multi = lay.index([self.amd64, self.arm64])
+        lay.tag(self.multi, "multi")
+        self.single = lay.index([lay.image("linux", "amd64", text="single")])
+        lay.tag(self.single, "single")
+        self.plain = lay.image("linux", "amd64", text="plain")
+        lay.tag(self.plain, "plain")
+        self.sig = cosign_signature(lay, self.multi["digest"])
+        lay.tag(self.sig, "sig")
+        self.att = cosign_attestation(lay, self.multi["digest"])
+        lay.tag(self.att, "att")
+        self.sbom = artifact(lay)
+        lay.tag(self.sbom, "sbom")
+        self.moved_from = lay.image("linux", "amd64", text="first")
+        lay.tag(self.moved_from, "first")
+        self.moved_to = lay.image("linux", "amd64", text="second")
+        lay.tag(self.moved_to, "second")
+
+    def allowlist(self, name: str, repos: list[tuple[str, str, list[str]]], mirrors: list[dict] | None = None):
+        lines = ["apiVersion: digest-gate.dev/v1alpha1", "kind: Allowlist", f"metadata: {{name: {name}}}", "spec:",
+                 "  repositories:"]
+        for repo, digest, tags in repos:
+            lines += [f"    - name: {repo}", "      digests:", f"        - digest: {digest}"]
+            if tags:
+                lines.append(f"          tags: {json.dumps(tags)}")
+        if mirrors:
+            lines.append("  mirrors:")
+            for m in mirrors:
+                lines.append(f"    - source: {m['source']}")
+                lines.append(f"      mirrors: {json.dumps(m['mirrors'])}")
+                if "policy" in m:
+                    lines.append(f"      mirrorSourcePolicy: {m['policy']}")
+        path = self.work / f"{name}.yaml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    w = World(tmp_path_factory.mktemp("registries"))
+    with Registry(w.work, w.certs, "source", users={USER: PASSWORD}) as source, \
+            Registry(w.work, w.certs, "mirror") as mirror:
+        w.source, w.mirror = source, mirror
+        w.auth = auth_file(w.work / "auth.json", {source.host: (USER, PASSWORD)})
+        for tag in ("multi", "single", "plain", "sig", "att", "sbom"):
+            source.push(w.layout, tag, f"models/{tag}")
+        source.push(w.layout, "first", "models/moving", dest_tag="v1")
+        source.push(w.layout, "second", "models/moving", dest_tag="v1")
+        # The mirror has the index, but not the arm64 image's config: a
+        # sparse copy, as oc-mirror's platform filtering leaves.
+        mirror.push(w.layout, "multi", "mirrored/multi")
+        arm64_config = json.loads((w.layout.path / "blobs" / "sha256" / w.arm64["digest"][7:]).read_text())["config"]
+        mirror.delete_blob("mirrored/multi", arm64_config["digest"])
+        yield w
+
+
+def verify(world: World, *args: str, auth: pathlib.Path | None = None, ca: pathlib.Path | None = None,
+           output: str = "json") -> tuple[int, dict | str, str]:
+    argv = [str(binary()), "allowlist", "verify", "--quiet", "-o", output,
+            "--registry-ca", str(ca or world.ca), "--registry-auth", str(auth or world.auth),
+            "--registry-timeout", "5s", *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and "PROXY" not in k.upper()}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    out = json.loads(done.stdout) if output == "json" and done.stdout.startswith("{") else done.stdout
+    return done.returncode, out, done.stderr
+
+
+def states(report: dict) -> dict[str, str]:
+    return {i["repository"].split("/", 1)[1]: i["state"] for i in report["images"]}
+
+
+def test_each_state_with_why_and_where(world):
+    s = world.source.host
+    path = world.allowlist("states", [
+        (f"{s}/models/multi", world.multi["digest"], ["multi"]),
+        (f"{s}/models/plain", world.plain["digest"], []),
+        (f"{s}/models/gone", NEVER_PUSHED, []),
+        (f"{s}/models/sig", world.sig["digest"], []),
+        (f"{s}/models/att", world.att["digest"], []),
+        (f"{s}/models/sbom", world.sbom["digest"], []),
+        (f"{s}/models/single", world.single["digest"], []),
+    ])
+    code, report, _ = verify(world, str(path), "--platform", "linux/amd64", "--platform", "linux/arm64")
+    assert code == 1, report
+    assert states(report) == {
+        "models/multi": "ok", "models/plain": "platform-missing", "models/gone": "missing",
+        "models/sig": "not-runnable", "models/att": "not-runnable", "models/sbom": "not-runnable",
+        "models/single": "platform-missing"}
+    by = {i["repository"].split("/", 1)[1]: i for i in report["images"]}
+    assert "MANIFEST_UNKNOWN" in by["models/gone"]["detail"]
+    assert "cosign signature" in by["models/sig"]["detail"]
+    assert "cosign attestation" in by["models/att"]["detail"]
+    assert "application/spdx+json" in by["models/sbom"]["detail"]
+    assert "no linux/arm64 image" in by["models/single"]["detail"]
+    assert "single linux/amd64 image" in by["models/plain"]["detail"]
+    multi = by["models/multi"]
+    assert multi["location"] == f"{s}/models/multi"
+    assert [(p["platform"], p["digest"], p["state"]) for p in multi["platforms"]] == [
+        ("linux/amd64", world.amd64["digest"], "ok"), ("linux/arm64", world.arm64["digest"], "ok")]
+    assert multi["tags"] == [{"tag": "multi", "state": "ok"}]
+    assert multi["promotions"][0]["file"].endswith("states.yaml")
+    assert multi["promotions"][0]["promotedBy"] == "Allowlist states"
+    assert report["summary"] == {**report["summary"], "digests": 7, "ok": 1, "missing": 1, "notRunnable": 3,
+                                 "platformMissing": 2, "unverifiable": 0}
+
+    code, text, _ = verify(world, str(path), "--platform", "linux/amd64", output="text")
+    assert code == 1
+    line = next(n for n, text_line in enumerate(path.read_text().splitlines(), 1) if NEVER_PUSHED in text_line)
+    gone = [out_line for out_line in text.splitlines() if "models/gone" in out_line]
+    assert gone == [f"{path}:{line}: {s}/models/gone@{NEVER_PUSHED}: missing: {s} does not have this manifest "
+                    f"(MANIFEST_UNKNOWN) (promoted by Allowlist states; checked at every location a node pulls from)"]
+    assert text.splitlines()[-1].startswith(
+        "verified 7 promoted digest(s): 3 ok, 1 missing, 3 not runnable, 0 platform missing, 0 unverifiable")
+
+
+def test_without_platforms_an_image_or_an_index_of_images_is_ok(world):
+    s = world.source.host
+    path = world.allowlist("plain", [(f"{s}/models/plain", world.plain["digest"], []),
+                                     (f"{s}/models/single", world.single["digest"], [])])
+    code, report, _ = verify(world, str(path))
+    assert (code, states(report)) == (0, {"models/plain": "ok", "models/single": "ok"}), report
+
+
+def test_the_first_mirror_that_serves_the_manifest_is_where_every_check_is_made(world):
+    s, m = world.source.host, world.mirror.host
+    rule = {"source": f"{s}/models", "mirrors": [f"{m}/mirrored"]}
+    path = world.allowlist("mirrored", [(f"{s}/models/multi", world.multi["digest"], [])], [rule])
+    # The mirror serves the index but lacks the arm64 config; the complete
+    # source after it does not rescue it: the node pulls from the mirror.
+    code, report, _ = verify(world, str(path), "--platform", "linux/arm64")
+    image = report["images"][0]
+    assert (code, image["state"], image["location"]) == (1, "platform-missing", f"{m}/mirrored/multi"), report
+    assert "config blob" in image["detail"] and "BLOB_UNKNOWN" in image["detail"]
+    code, report, _ = verify(world, str(path), "--platform", "linux/amd64")
+    assert (code, report["images"][0]["state"]) == (0, "ok")
+    # Where the mirror does not have it, the node falls back to the source...
+    path = world.allowlist("fallback", [(f"{s}/models/plain", world.plain["digest"], [])], [rule])
+    code, report, _ = verify(world, str(path))
+    assert (code, report["images"][0]["location"]) == (0, f"{s}/models/plain"), report
+    # ...unless it never contacts the source.
+    never = world.allowlist("never", [(f"{s}/models/plain", world.plain["digest"], [])],
+                            [{**rule, "policy": "NeverContactSource"}])
+    for args in ([str(never)], [str(path), "--mirrors-only"]):
+        code, report, _ = verify(world, *args)
+        image = report["images"][0]
+        assert (code, image["state"], image["location"]) == (1, "missing", None), report
+        assert image["detail"] == f"{m} does not have this manifest (MANIFEST_UNKNOWN)", image
+
+
+def test_a_moved_tag_is_reported_and_does_not_change_the_digest_state(world):
+    s = world.source.host
+    path = world.allowlist("moved", [(f"{s}/models/moving", world.moved_from["digest"], ["v1", "v9"])])
+    code, report, _ = verify(world, str(path))
+    image = report["images"][0]
+    assert (code, image["state"]) == (0, "ok"), report
+    assert image["tags"][0] == {"tag": "v1", "state": "moved", "digest": world.moved_to["digest"]}
+    assert image["tags"][1]["state"] == "missing" and "MANIFEST_UNKNOWN" in image["tags"][1]["detail"]
+    code, text, _ = verify(world, str(path), output="text")
+    assert f"{s}/models/moving:v1: tag moved: it names {world.moved_to['digest']} now" in text
+
+
+def test_refused_credentials_are_unverifiable_never_missing(world):
+    s = world.source.host
+    path = world.allowlist("refused", [(f"{s}/models/multi", world.multi["digest"], []),
+                                       (f"{s}/models/gone", NEVER_PUSHED, [])])
+    wrong = auth_file(world.work / "wrong.json", {s: (USER, "wrong")})
+    for auth in (wrong, auth_file(world.work / "none.json", {})):
+        code, report, _ = verify(world, str(path), auth=auth)
+        assert code == 2, report
+        assert {i["state"] for i in report["images"]} == {"unverifiable"}
+        assert all("401" in i["detail"] or "UNAUTHORIZED" in i["detail"] for i in report["images"]), report
+
+
+def test_credentials_are_found_where_podman_looks(world, tmp_path):
+    s = world.source.host
+    path = world.allowlist("found", [(f"{s}/models/plain", world.plain["digest"], [])])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_")}
+    env.update(REGISTRY_AUTH_FILE=str(world.auth), HOME=str(tmp_path), XDG_RUNTIME_DIR=str(tmp_path))
+    done = subprocess.run([str(binary()), "allowlist", "verify", "-q", "-o", "json", "--registry-ca", str(world.ca),
+                           str(path)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # With none anywhere, the registry is asked anonymously.
+    env.pop("REGISTRY_AUTH_FILE")
+    done = subprocess.run([str(binary()), "allowlist", "verify", "-q", "-o", "json", "--registry-ca", str(world.ca),
+                           str(path)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and "unverifiable" in done.stdout
+
+
+def test_unusable_registry_options_exit_2_with_a_clear_error(world, tmp_path):
+    path = world.allowlist("opts", [(f"{world.source.host}/models/plain", world.plain["digest"], [])])
+    code, out, err = verify(world, str(path), ca=tmp_path / "absent.pem")
+    assert code == 2 and f"--registry-ca {tmp_path / 'absent.pem'}: cannot read it" in err, err
+    (tmp_path / "empty.pem").write_text("not a certificate\n")
+    code, out, err = verify(world, str(path), ca=tmp_path / "empty.pem")
+    assert code == 2 and "no PEM certificate" in err, err
+    code, out, err = verify(world, str(path), auth=tmp_path / "absent.json")
+    assert code == 2 and "cannot read the registry credentials" in err, err
+    code, out, err = verify(world, str(path), "--platform", "linux")
+    assert code == 2 and "OS/ARCH" in err, err
+
+
+def test_an_untrusted_certificate_or_plain_http_is_unverifiable_and_says_why(world, tmp_path):
+    other = tmp_path / "other"
+    make_ca(other)
+    path = world.allowlist("tls", [(f"{world.source.host}/models/plain", world.plain["digest"], [])])
+    code, report, _ = verify(world, str(path), ca=other / "ca.crt")
+    assert code == 2 and "not trusted" in report["images"][0]["detail"], report
+    with Registry(world.work, world.certs, "plain-http", tls=False) as plain:
+        path = world.allowlist("http", [(f"{plain.host}/models/plain", world.plain["digest"], [])])
+        code, report, _ = verify(world, str(path))
+        assert code == 2, report
+        assert "does not speak TLS" in report["images"][0]["detail"], report
