@@ -271,3 +271,165 @@ def auth_file(path: pathlib.Path, entries: dict[str, tuple[str, str]]) -> pathli
     auths = {k: {"auth": base64.b64encode(f"{u}:{p}".encode()).decode()} for k, (u, p) in entries.items()}
     path.write_text(json.dumps({"auths": auths}))
     return path
+
+
+# --- token auth ---------------------------------------------------------------
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenIssuer:
+    """The token service of the Docker token flow (what registry.redhat.io
+    and quay.io use), as a small HTTPS server: GET /token with Basic
+    credentials answers a JWT granting the scope asked for, signed RS256
+    with a key whose certificate (in `x5c`) chains to the CA the registry
+    trusts (`rootcertbundle`). Wrong credentials get 401."""
+
+    def __init__(self, certs: pathlib.Path, users: dict[str, str], service: str = "digest-gate-test"):
+        """`certs` holds the test CA the servers' certificates come from;
+        the signing key has a CA of its own there, as a registry's token
+        service does."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+
+        make_ca(certs, "token-ca")
+        make_leaf(certs, "token-signer", ca="token-ca", san="DNS:token-signer")
+        make_leaf(certs, "token-server")
+        self.key = serialization.load_pem_private_key((certs / "token-signer.key").read_bytes(), None)
+        leaf = x509.load_pem_x509_certificate((certs / "token-signer.crt").read_bytes())
+        self.x5c = [base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()]
+        self.users = users
+        self.service = service
+        self.issuer = "digest-gate-test-issuer"
+        self.certs = certs
+        self.requests = 0
+
+    def config(self, port: int) -> dict:
+        """The registry's `auth.token` section."""
+        return {"realm": f"https://127.0.0.1:{port}/token", "service": self.service, "issuer": self.issuer,
+                "rootcertbundle": str(self.certs / "token-ca.crt")}
+
+    def token(self, user: str, scopes: list[str]) -> str:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        access = []
+        for scope in scopes:
+            kind, _, rest = scope.partition(":")
+            name, _, actions = rest.rpartition(":")
+            access.append({"type": kind, "name": name, "actions": actions.split(",")})
+        now = int(time.time())
+        header = {"typ": "JWT", "alg": "RS256", "x5c": self.x5c}
+        claims = {"iss": self.issuer, "sub": user, "aud": self.service, "exp": now + 300, "nbf": now - 10,
+                  "iat": now, "jti": f"{now}-{self.requests}", "access": access}
+        signing = f"{b64url(canonical(header))}.{b64url(canonical(claims))}"
+        signature = self.key.sign(signing.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signing}.{b64url(signature)}"
+
+    def handler(self):
+        import urllib.parse
+        from http.server import BaseHTTPRequestHandler
+
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                issuer.requests += 1
+                url = urllib.parse.urlparse(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                header = self.headers.get("Authorization", "")
+                user = None
+                if header.startswith("Basic "):
+                    u, _, p = base64.b64decode(header[6:]).decode().partition(":")
+                    if issuer.users.get(u) != p:
+                        self.send_response(401)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    user = u
+                # Anonymous callers get a token granting nothing.
+                token = issuer.token(user or "", query.get("scope", []) if user else [])
+                body = json.dumps({"token": token, "access_token": token, "expires_in": 300}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
+
+    def tls(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.certs / "token-server.crt", self.certs / "token-server.key")
+        return context
+
+
+# --- a rate-limiting proxy ------------------------------------------------------
+
+class RateLimiter:
+    """An HTTPS reverse proxy in front of a registry (which never sends 429
+    itself) that answers the first `limited` manifest requests with 429
+    TOOMANYREQUESTS and `Retry-After`, then forwards. Counts what it saw."""
+
+    def __init__(self, certs: pathlib.Path, upstream: Registry, limited: int):
+        make_leaf(certs, "rate-limiter")
+        self.certs = certs
+        self.upstream = upstream
+        self.limited = limited
+        self.refused = 0
+        self.forwarded = 0
+
+    def handler(self):
+        import http.client
+        from http.server import BaseHTTPRequestHandler
+
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self):
+                if "/manifests/" in self.path and proxy.refused < proxy.limited:
+                    proxy.refused += 1
+                    body = b'{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down","detail":null}]}'
+                    self.send_response(429)
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(body)
+                    return
+                proxy.forwarded += 1
+                context = ssl.create_default_context(cafile=str(proxy.certs / "ca.crt"))
+                conn = http.client.HTTPSConnection("127.0.0.1", proxy.upstream.port, context=context, timeout=10)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, headers=headers)
+                answer = conn.getresponse()
+                body = answer.read()
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+                conn.close()
+
+            do_GET = answer
+            do_HEAD = answer
+
+        return Handler
+
+    def tls(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.certs / "rate-limiter.crt", self.certs / "rate-limiter.key")
+        return context

@@ -249,3 +249,45 @@ def test_an_untrusted_certificate_or_plain_http_is_unverifiable_and_says_why(wor
         code, report, _ = verify(world, str(path))
         assert code == 2, report
         assert "does not speak TLS" in report["images"][0]["detail"], report
+
+
+def test_token_auth_as_registry_redhat_io_and_quay_use_it(world):
+    from registries import TokenIssuer
+    from support import BackgroundServer
+
+    issuer = TokenIssuer(world.certs, {USER: PASSWORD})
+    with BackgroundServer(issuer.handler(), tls=issuer.tls()) as tokens, \
+            Registry(world.work, world.certs, "token", users={USER: PASSWORD}, token=issuer.config(tokens.port)) as reg:
+        reg.push(world.layout, "multi", "models/multi")
+        path = world.allowlist("token", [(f"{reg.host}/models/multi", world.multi["digest"], ["multi"]),
+                                         (f"{reg.host}/models/gone", NEVER_PUSHED, [])])
+        auth = auth_file(world.work / "token-auth.json", {reg.host: (USER, PASSWORD)})
+        before = issuer.requests
+        code, report, _ = verify(world, str(path), "--platform", "linux/arm64", auth=auth)
+        assert code == 1, report
+        assert states(report) == {"models/multi": "ok", "models/gone": "missing"}, report
+        assert report["images"][0]["tags"] == [{"tag": "multi", "state": "ok"}]
+        assert issuer.requests > before
+        # Refused by the token service: unverifiable, never missing.
+        wrong = auth_file(world.work / "token-wrong.json", {reg.host: (USER, "wrong")})
+        code, report, _ = verify(world, str(path), auth=wrong)
+        assert code == 2 and set(states(report).values()) == {"unverifiable"}, report
+
+
+def test_rate_limits_are_retried_with_backoff_then_unverifiable(world):
+    from registries import RateLimiter
+    from support import BackgroundServer
+
+    limiter = RateLimiter(world.certs, world.mirror, limited=2)
+    with BackgroundServer(limiter.handler(), tls=limiter.tls()) as proxy:
+        host = f"127.0.0.1:{proxy.port}"
+        path = world.allowlist("limited", [(f"{host}/mirrored/multi", world.multi["digest"], [])])
+        code, report, _ = verify(world, str(path))
+        assert (code, report["images"][0]["state"]) == (0, "ok"), report
+        assert limiter.refused == 2 and report["summary"]["requests"] >= 3
+        limiter.refused, limiter.limited = 0, 100
+        code, report, _ = verify(world, str(path))
+        image = report["images"][0]
+        assert (code, image["state"]) == (2, "unverifiable"), report
+        assert image["detail"] == f"{host} is rate limiting (TOOMANYREQUESTS) (4 tries)", image
+        assert limiter.refused == 4
