@@ -543,6 +543,38 @@ mod tests {
     }
 
     #[test]
+    fn a_mirror_rule_says_whether_nodes_may_contact_the_source() {
+        let doc = |policy: &str| {
+            format!(
+                "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nmetadata: {{name: x}}\nspec:\n  repositories: []\n  mirrors:\n    - source: registry.redhat.io/rhods\n      mirrors: [quay.io/modh]\n{policy}"
+            )
+        };
+        let rules = |text: &str| {
+            load_text("a.yaml", text)
+                .unwrap()
+                .allowlist
+                .mirror_rules()
+                .to_vec()
+        };
+        assert!(!rules(&doc(""))[0].never_contact_source);
+        assert!(!rules(&doc("      mirrorSourcePolicy: AllowContactingSource\n"))[0].never_contact_source);
+        let never = load_text("a.yaml", &doc("      mirrorSourcePolicy: NeverContactSource\n")).unwrap();
+        assert!(never.allowlist.mirror_rules()[0].never_contact_source);
+        // convert keeps it, and what it writes loads the same.
+        let converted = super::super::emit::to_native_yaml(&never.allowlist, "x", &[]);
+        assert!(
+            converted.contains("      mirrorSourcePolicy: NeverContactSource\n"),
+            "{converted}"
+        );
+        assert!(rules(&converted)[0].never_contact_source);
+        let e = errors("a.yaml", &doc("      mirrorSourcePolicy: Never\n"));
+        assert_eq!(
+            e[0].to_string(),
+            "a.yaml:9: spec.mirrors[0].mirrorSourcePolicy: 'Never' is not a mirror source policy: write AllowContactingSource or NeverContactSource"
+        );
+    }
+
+    #[test]
     fn csvs_linked_by_replaces_order_an_upgrade_whatever_their_names() {
         // The pair's real names are rhods-operator.1.20.1/1.21.0; here the
         // names carry no version, so only spec.replaces says they are one
