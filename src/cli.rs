@@ -387,6 +387,11 @@ pub struct VerifyArgs {
     /// No progress bar (it is shown only on a terminal).
     #[arg(short, long, env = "DIGEST_GATE_QUIET")]
     pub quiet: bool,
+    /// Also write a complete native allowlist to FILE: every repository and
+    /// digest of the input, each index with its images by platform (each
+    /// then promoted for its platform).
+    #[arg(long, env = "DIGEST_GATE_WRITE_PLATFORMS", value_name = "FILE")]
+    pub write_platforms: Option<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -804,7 +809,26 @@ fn run_verify(args: &VerifyArgs) -> u8 {
         VerifyOutput::Text => print_out(&report.text()),
         VerifyOutput::Json => print_out(&report.json()),
     }
+    if let Some(out) = &args.write_platforms {
+        let sources: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let text = registry::with_platforms(&loaded.allowlist, &sources, &report);
+        if let Err(e) = write_whole(out, &text) {
+            eprintln!("error: --write-platforms {}: {e}", out.display());
+            return 2;
+        }
+    }
     report.exit_code()
+}
+
+/// Writes `text` to `path` whole or not at all (a sibling file renamed).
+fn write_whole(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let partial = path.with_file_name(format!(".{name}.partial"));
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, path)
 }
 
 #[cfg(test)]

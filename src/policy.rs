@@ -91,6 +91,7 @@ impl Verdict {
 #[strum(serialize_all = "snake_case")]
 pub enum Reason {
     Promoted,
+    PromotedPlatform,
     Exempt,
     UnlistedAllowed,
     TagOnly,
@@ -116,6 +117,9 @@ impl Reason {
     pub fn summary(self) -> &'static str {
         match self {
             Self::Promoted => "The image is pinned to a promoted digest.",
+            Self::PromotedPlatform => {
+                "The image is pinned to the image a promoted index lists for one platform, promoted for that platform."
+            }
             Self::Exempt => "The image matches an exemption.",
             Self::UnlistedAllowed => {
                 "The image's repository is not in the allowlist, and unlisted repositories are allowed."
@@ -140,7 +144,10 @@ impl Reason {
     /// Whether an image with this reason needs a change (allowed images'
     /// reasons do not).
     pub fn is_finding(self) -> bool {
-        !matches!(self, Self::Promoted | Self::Exempt | Self::UnlistedAllowed)
+        !matches!(
+            self,
+            Self::Promoted | Self::PromotedPlatform | Self::Exempt | Self::UnlistedAllowed
+        )
     }
 }
 
@@ -218,6 +225,15 @@ pub enum Denial {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
     Promoted,
+    /// The image of a promoted index for one platform (the index's
+    /// `platforms` in the allowlist).
+    PromotedPlatform {
+        /// The index, as a reference to use instead where one image serves
+        /// every platform.
+        index: String,
+        platform: String,
+        by: Option<PromotedBy>,
+    },
     Exempt {
         pattern: String,
     },
@@ -372,20 +388,30 @@ impl Policy {
 fn listed(r: &Reference<'_>, candidates: &Candidates<'_>) -> Finding {
     match (r.digest(), r.tag()) {
         (Some(digest), _) if candidates.is_promoted(digest) => Finding::Promoted,
-        (Some(digest), tag) => match target(candidates, tag) {
-            Some((p, rule)) => Finding::Rewrite {
-                to: r.pinned(p.digest()),
-                trigger: Trigger::UnpromotedDigest {
-                    digest: digest.to_owned(),
+        (Some(digest), tag) => {
+            // Asked only here, off the path of a promoted digest.
+            if let Some((index, platform)) = candidates.platform_image(digest) {
+                return Finding::PromotedPlatform {
+                    index: r.pinned(index.digest()),
+                    platform: platform.to_owned(),
+                    by: promoted_by(candidates, index),
+                };
+            }
+            match target(candidates, tag) {
+                Some((p, rule)) => Finding::Rewrite {
+                    to: r.pinned(p.digest()),
+                    trigger: Trigger::UnpromotedDigest {
+                        digest: digest.to_owned(),
+                    },
+                    rule,
+                    by: promoted_by(candidates, p),
                 },
-                rule,
-                by: promoted_by(candidates, p),
-            },
-            None => Finding::Deny(Denial::DigestNotPromoted {
-                digest: digest.to_owned(),
-                candidates: listing(r, candidates),
-            }),
-        },
+                None => Finding::Deny(Denial::DigestNotPromoted {
+                    digest: digest.to_owned(),
+                    candidates: listing(r, candidates),
+                }),
+            }
+        }
         (None, Some(tag)) => match candidates.digest_for_tag(tag) {
             Some(p) => Finding::Rewrite {
                 to: r.pinned(p.digest()),
@@ -560,6 +586,7 @@ impl Decision {
     pub fn reason(&self) -> Reason {
         match &self.finding {
             Finding::Promoted => Reason::Promoted,
+            Finding::PromotedPlatform { .. } => Reason::PromotedPlatform,
             Finding::Exempt { .. } => Reason::Exempt,
             Finding::UnlistedAllowed { .. } => Reason::UnlistedAllowed,
             Finding::Rewrite {
@@ -612,7 +639,10 @@ impl Finding {
     /// The verdict in rewrite mode.
     pub fn verdict(&self) -> Verdict {
         match self {
-            Self::Promoted | Self::Exempt { .. } | Self::UnlistedAllowed { .. } => Verdict::Allow,
+            Self::Promoted
+            | Self::PromotedPlatform { .. }
+            | Self::Exempt { .. }
+            | Self::UnlistedAllowed { .. } => Verdict::Allow,
             Self::Rewrite { .. } => Verdict::Rewrite,
             Self::Deny(_) => Verdict::Deny,
         }
@@ -622,6 +652,13 @@ impl Finding {
     pub fn explain(&self, image: &str) -> String {
         match self {
             Self::Promoted => format!("'{image}' is a promoted digest"),
+            Self::PromotedPlatform { index, platform, by } => match by {
+                Some(by) => format!(
+                    "'{image}' is the {platform} image of promoted index '{index}' (promoted by {})",
+                    by.describe()
+                ),
+                None => format!("'{image}' is the {platform} image of promoted index '{index}'"),
+            },
             Self::Exempt { pattern } => format!("'{image}' is exempt (pattern {pattern})"),
             Self::UnlistedAllowed { repository } => {
                 format!(
@@ -1090,5 +1127,55 @@ spec:
             d.rewrite_to(),
             Some(format!("kserve/sklearnserver:v0.14.0@{GOOD}").as_str())
         );
+    }
+}
+
+#[cfg(test)]
+mod platform_tests {
+    use super::*;
+    use crate::allowlist::load_text;
+    use crate::testing::{BAD, GOOD, REPO};
+
+    const ARM64: &str = "sha256:a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a";
+    const AMD64: &str = "sha256:0a640a640a640a640a640a640a640a640a640a640a640a640a640a640a640a64";
+
+    fn allowlist() -> Allowlist {
+        let text = format!(
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nmetadata: {{name: rel}}\nspec:\n  repositories:\n    - name: {REPO}\n      digests:\n        - digest: {GOOD}\n          platforms:\n            - {{platform: linux/amd64, digest: {AMD64}}}\n            - {{platform: linux/arm64/v8, digest: {ARM64}}}\n    - name: quay.io/other/x\n      digests: [{BAD}]\n"
+        );
+        load_text("p.yaml", &text).unwrap().allowlist
+    }
+
+    #[test]
+    fn the_image_of_a_promoted_index_is_promoted_for_its_platform() {
+        let list = allowlist();
+        let d = Policy::default().decide("Pod", &format!("{REPO}@{ARM64}"), &list);
+        assert_eq!(
+            (d.verdict, d.reason()),
+            (Verdict::Allow, Reason::PromotedPlatform)
+        );
+        assert_eq!(
+            d.message("container \"c\"", &format!("{REPO}@{ARM64}")),
+            format!(
+                "container \"c\": '{REPO}@{ARM64}' is the linux/arm64/v8 image of promoted index '{REPO}@{GOOD}' (promoted by Allowlist rel (p.yaml:8))"
+            )
+        );
+        assert!(!d.reason().is_finding());
+        // Enforce and audit allow it too; nothing to fix.
+        for mode in [Mode::Enforce, Mode::Audit] {
+            let policy = Policy {
+                mode,
+                ..Policy::default()
+            };
+            let d = policy.decide("Pod", &format!("{REPO}@{AMD64}"), &list);
+            assert_eq!((d.verdict, d.rewrite_to()), (Verdict::Allow, None));
+        }
+        // The index itself stays the promoted digest and the rewrite target.
+        let d = Policy::default().decide("Pod", &format!("{REPO}@{BAD}"), &list);
+        assert_eq!(d.rewrite_to(), Some(format!("{REPO}@{GOOD}").as_str()));
+        // Another repository's digest, or an index's image under another
+        // repository, is not promoted.
+        let d = Policy::default().decide("Pod", &format!("quay.io/other/x@{ARM64}"), &list);
+        assert_eq!(d.verdict, Verdict::Rewrite);
     }
 }

@@ -235,8 +235,9 @@ fn image_report(
         _ => (i.site.name.clone(), None),
     };
     let path = i.site.path().into_owned();
-    let promoted = i.decision.rewrite_to().or(match i.decision.finding {
+    let promoted = i.decision.rewrite_to().or(match &i.decision.finding {
         Finding::Promoted => i.site.image.as_deref().ok(),
+        Finding::PromotedPlatform { index, .. } => Some(index.as_str()),
         _ => None,
     });
     ImageReport {

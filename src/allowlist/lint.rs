@@ -31,6 +31,7 @@ pub fn lint(loaded: &Loaded) -> Lint {
             Some(Said::Warning(line)) => warnings.push(line),
             None => {}
         }
+        notes.extend(platform_images(&repo));
     }
     report.push_str(&format!(
         "total: {} repositories, {} promoted digests, {} mirror rules, {} exemptions\n",
@@ -76,6 +77,27 @@ fn promoted_by_source(loaded: &Loaded) -> String {
         }
     }
     report
+}
+
+/// A note per promoted index whose platform images are listed: each is
+/// promoted for its platform.
+fn platform_images(repo: &Repository<'_>) -> Vec<String> {
+    repo.digests()
+        .filter_map(|p| {
+            let images: Vec<String> = p
+                .platforms()
+                .map(|(platform, digest)| format!("{platform} {}", short_digest(digest)))
+                .collect();
+            (!images.is_empty()).then(|| {
+                format!(
+                    "note: {}@{} is an index; its images are promoted for their platforms: {}",
+                    repo.name(),
+                    short_digest(p.digest()),
+                    images.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 /// A line of the lint's end.

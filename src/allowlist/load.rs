@@ -543,6 +543,72 @@ mod tests {
     }
 
     #[test]
+    fn an_index_lists_its_images_by_platform_and_convert_and_lint_keep_them() {
+        const ARM: &str = "sha256:a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a64a";
+        let doc = |platforms: &str| {
+            format!(
+                "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nmetadata: {{name: x}}\nspec:\n  repositories:\n    - name: quay.io/a/b\n      digests:\n        - digest: {A}\n          tags: [v1]\n          platforms:\n{platforms}"
+            )
+        };
+        let text = doc(&format!(
+            "            - {{platform: linux/arm64/v8, digest: {ARM}}}\n            - {{platform: linux/amd64, digest: {B}}}\n"
+        ));
+        let loaded = load_text("a.yaml", &text).unwrap();
+        let c = loaded.allowlist.candidates("quay.io/a/b");
+        let (index, platform) = c.platform_image(ARM).unwrap();
+        assert_eq!((index.digest(), platform), (A, "linux/arm64/v8"));
+        assert!(!c.is_promoted(ARM) && c.platform_image(A).is_none());
+        // convert writes them, and what it writes loads the same.
+        let converted = super::super::emit::to_native_yaml(&loaded.allowlist, "x", &[]);
+        assert!(
+            converted.contains(&format!(
+                "          platforms:\n            - {{platform: linux/arm64/v8, digest: {ARM}}}\n            - {{platform: linux/amd64, digest: {B}}}\n"
+            )),
+            "{converted}"
+        );
+        let again = load_text("b.yaml", &converted).unwrap();
+        let images: Vec<_> = again
+            .allowlist
+            .repositories()
+            .next()
+            .unwrap()
+            .digests()
+            .next()
+            .unwrap()
+            .platforms()
+            .collect();
+        assert_eq!(images, [("linux/arm64/v8", ARM), ("linux/amd64", B)]);
+        let lint = super::super::lint(&loaded);
+        assert!(
+            lint.report.contains("note: quay.io/a/b@sha256:8af20e48bb48 is an index; its images are promoted for their platforms: linux/arm64/v8 sha256:a64a64a64a64, linux/amd64 sha256:7ef272bc7be8"),
+            "{}",
+            lint.report
+        );
+        // The same platform named twice must name one image; a platform and
+        // a digest must be valid.
+        let e = errors(
+            "a.yaml",
+            &doc(&format!(
+                "            - {{platform: linux/amd64, digest: {ARM}}}\n            - {{platform: linux/amd64, digest: {B}}}\n            - {{platform: linux, digest: {B}}}\n            - {{platform: linux/s390x, digest: nope}}\n"
+            )),
+        );
+        let said: Vec<String> = e.iter().map(ToString::to_string).collect();
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(
+            said[0].contains("platforms[1]: the linux/amd64 image of quay.io/a/b@"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].contains("platforms[2].platform: 'linux' is not a platform"),
+            "{said:?}"
+        );
+        assert!(
+            said[2].contains("platforms[3].digest: 'nope' is not a valid digest"),
+            "{said:?}"
+        );
+    }
+
+    #[test]
     fn a_mirror_rule_says_whether_nodes_may_contact_the_source() {
         let doc = |policy: &str| {
             format!(
@@ -821,7 +887,7 @@ mod tests {
             shown,
             [
                 "s.yaml:3: spec.repositories[0].name: 'nginx' has no registry host: Docker and containerd pull it from docker.io/library/nginx, CRI-O from its configured search registries; write the registry, e.g. docker.io/library/nginx",
-                "s.yaml:3: spec.repositories[1].digests[0]: expected a digest or a mapping with 'digest' and 'tags', found a number",
+                "s.yaml:3: spec.repositories[1].digests[0]: expected a digest or a mapping with 'digest', 'tags' and 'platforms', found a number",
                 "s.yaml:9: spec: duplicate key 'repositories'",
                 "s.yaml:13: spec.repositories[0].name: is required",
             ],

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-pub use emit::to_native_yaml;
+pub use emit::{Found, to_native_yaml, to_native_yaml_with};
 pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
 pub use input::{
@@ -143,6 +143,19 @@ struct DigestRow {
     promotion: Promotion,
     /// Further sources, chained in the promotion rows.
     more: u32,
+    /// Its first platform image, if it is an index whose images are listed.
+    children: u32,
+}
+
+/// The image of a promoted index for one platform (`platforms` in the
+/// native format, as `allowlist verify --write-platforms` writes it): a
+/// reference to it is promoted for that platform.
+#[derive(Debug, Clone)]
+struct ChildRow {
+    digest: Span,
+    /// `os/architecture[/variant]`.
+    platform: Span,
+    next: u32,
 }
 
 /// A tag a digest was published under.
@@ -268,6 +281,14 @@ impl<'a> Promoted<'a> {
         chain(&list.tags, self.row.tags, |t| t.next).map(move |(_, t)| list.str(t.tag))
     }
 
+    /// The images of this index by platform (`os/arch[/variant]`,
+    /// digest), in the order listed.
+    pub fn platforms(&self) -> impl Iterator<Item = (&'a str, &'a str)> + Clone + use<'a> {
+        let list = self.list;
+        chain(&list.children, self.row.children, |c| c.next)
+            .map(move |(_, c)| (list.str(c.platform), list.str(c.digest)))
+    }
+
     /// Every source that promotes it, in load order.
     pub fn promotions(&self) -> impl Iterator<Item = Promotion> + Clone + use<'a> {
         let more = chain(&self.list.promotions, self.row.more, |p| p.next).map(|(_, p)| p.promotion);
@@ -322,6 +343,7 @@ pub struct Allowlist {
     digests: Vec<DigestRow>,
     tags: Vec<TagRow>,
     promotions: Vec<PromotionRow>,
+    children: Vec<ChildRow>,
     /// By repository row, for repositories with many digests.
     indexes: HashMap<u32, RepoIndex>,
     /// Mirror prefix → source prefixes.
@@ -382,6 +404,18 @@ impl<'a> Candidates<'a> {
     /// The digest published under `tag`.
     pub fn digest_for_tag(&self, tag: &str) -> Option<Promoted<'a>> {
         self.entries().find_map(|r| r.digest_for_tag(tag))
+    }
+
+    /// The promoted index `digest` is the image of, and for which platform.
+    /// Asked only of a digest that is not promoted itself, so the scan of
+    /// every index's images is off the path of a promoted image.
+    pub fn platform_image(&self, digest: &str) -> Option<(Promoted<'a>, &'a str)> {
+        self.entries().flat_map(|r| r.digests()).find_map(|index| {
+            index
+                .platforms()
+                .find(|(_, d)| *d == digest)
+                .map(|(p, _)| (index, p))
+        })
     }
 
     /// The rewrite target when no tag decides: an explicit `rewriteTo`, else
@@ -692,6 +726,15 @@ pub enum Conflict {
     },
     #[error("rewriteTo of {repository} is {digest}, which is not one of its promoted digests")]
     RewriteToNotPromoted { repository: String, digest: String },
+    #[error("the {platform} image of {repository}@{index} is {digest}, but {first} names {other} for it")]
+    Platform {
+        repository: String,
+        index: String,
+        platform: String,
+        digest: String,
+        other: String,
+        first: Origin,
+    },
     #[error("the allowlist holds more than 4 GiB of names, digests and tags")]
     TooLarge,
     #[error("shortNameRegistry is {registry}, but {first} sets it to {other}")]
@@ -771,6 +814,7 @@ impl Builder {
             tags: NONE,
             promotion,
             more: NONE,
+            children: NONE,
         });
         let row = &mut self.list.repos[repo as usize];
         match row.last {
@@ -917,6 +961,57 @@ impl Builder {
                 }
                 None => self.push_tag(repo, d, tag, promotion)?,
             }
+        }
+        Ok(())
+    }
+
+    /// Names the image of promoted index `index` (already promoted) for
+    /// `platform`. The same platform named twice must name one image.
+    pub fn platform(
+        &mut self,
+        repository: &str,
+        index: &str,
+        platform: &str,
+        digest: &str,
+    ) -> Result<(), Box<Conflict>> {
+        let repo = self.repository_row(repository)?;
+        let Some(d) = self.list.find_digest(repo, index) else {
+            return Ok(());
+        };
+        let row = &self.list.digests[d as usize];
+        let listed = chain(&self.list.children, row.children, |c| c.next)
+            .find(|(_, c)| self.list.str(c.platform) == platform)
+            .map(|(_, c)| self.list.str(c.digest).to_owned());
+        match listed {
+            Some(other) if other == digest => return Ok(()),
+            Some(other) => {
+                return Err(Box::new(Conflict::Platform {
+                    repository: repository.to_owned(),
+                    index: index.to_owned(),
+                    platform: platform.to_owned(),
+                    digest: digest.to_owned(),
+                    other,
+                    first: self.origin_of(row.promotion),
+                }));
+            }
+            None => {}
+        }
+        let child = ChildRow {
+            digest: self.intern(digest)?,
+            platform: self.intern(platform)?,
+            next: NONE,
+        };
+        let id = row_id(self.list.children.len())?;
+        self.list.children.push(child);
+        // Appended, to keep the order listed.
+        let last = chain(&self.list.children, self.list.digests[d as usize].children, |c| {
+            c.next
+        })
+        .last()
+        .map(|(i, _)| i);
+        match last {
+            Some(i) if i != id => self.list.children[i as usize].next = id,
+            _ => self.list.digests[d as usize].children = id,
         }
         Ok(())
     }

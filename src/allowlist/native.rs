@@ -16,6 +16,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 
 use super::error::LoadError;
 use super::{Builder, Exemption, Origin, Pattern};
+use crate::published::Platform;
 use crate::reference;
 use crate::yaml::de::{Cause, Error, Located, Reader};
 
@@ -43,6 +44,16 @@ enum DigestEntry {
 struct TaggedDigest {
     digest: String,
     tags: Option<Vec<Located<String>>>,
+    /// An index's images by platform: each is promoted for its platform.
+    platforms: Option<Vec<Located<PlatformEntry>>>,
+}
+
+/// `digests[].platforms[]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlatformEntry {
+    platform: Located<String>,
+    digest: Located<String>,
 }
 
 impl<'de> Deserialize<'de> for DigestEntry {
@@ -53,7 +64,7 @@ impl<'de> Deserialize<'de> for DigestEntry {
             type Value = DigestEntry;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a digest or a mapping with 'digest' and 'tags'")
+                f.write_str("a digest or a mapping with 'digest', 'tags' and 'platforms'")
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<DigestEntry, E> {
@@ -405,9 +416,13 @@ impl Sink<'_> {
 
     fn promote(&mut self, repository: &str, entry: Located<DigestEntry>, i: usize, j: usize) {
         let line = entry.line;
-        let (digest, tags) = match entry.value {
-            DigestEntry::Digest(d) => (d, Vec::new()),
-            DigestEntry::Tagged(t) => (t.digest, t.tags.unwrap_or_default()),
+        let (digest, tags, platforms) = match entry.value {
+            DigestEntry::Digest(d) => (d, Vec::new(), Vec::new()),
+            DigestEntry::Tagged(t) => (
+                t.digest,
+                t.tags.unwrap_or_default(),
+                t.platforms.unwrap_or_default(),
+            ),
         };
         let mut valid_tags = Vec::with_capacity(tags.len());
         for (k, tag) in tags.iter().enumerate() {
@@ -438,6 +453,37 @@ impl Sink<'_> {
                 format_args!("spec.repositories[{i}].digests[{j}]"),
                 c.to_string(),
             ),
+        }
+        for (k, p) in platforms.into_iter().enumerate() {
+            self.platform(repository, &digest, p, (i, j, k));
+        }
+    }
+
+    /// One `platforms[]` entry of promoted index `index`.
+    fn platform(
+        &mut self,
+        repository: &str,
+        index: &str,
+        entry: Located<PlatformEntry>,
+        (i, j, k): (usize, usize, usize),
+    ) {
+        let PlatformEntry { platform, digest } = entry.value;
+        let at = || format!("spec.repositories[{i}].digests[{j}].platforms[{k}]");
+        let parsed = match platform.value.parse::<Platform>() {
+            Ok(p) => p,
+            Err(e) => {
+                self.error(platform.line, format_args!("{}.platform", at()), e.to_string());
+                return;
+            }
+        };
+        if let Err(e) = reference::validate_digest_str(&digest.value) {
+            let message = format!("'{}' is not a valid digest: {e}", digest.value);
+            self.error(digest.line, format_args!("{}.digest", at()), message);
+            return;
+        }
+        let platform = parsed.to_string();
+        if let Err(c) = self.builder.platform(repository, index, &platform, &digest.value) {
+            self.error(entry.line, format_args!("{}", at()), c.to_string());
         }
     }
 

@@ -227,7 +227,7 @@ mod tests {
 
     fn fixture(name: &str) -> Vec<u8> {
         std::fs::read(format!(
-            "{}/tests/fixtures/upstream/oci/{name}",
+            "{}/tests/fixtures/oci/{name}",
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap()

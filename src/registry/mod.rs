@@ -111,3 +111,24 @@ pub fn verify_allowlist(
         registries.requests(),
     ))
 }
+
+/// The complete native allowlist `--write-platforms` writes: every
+/// repository and digest of `list`, each index that was read with its
+/// images by platform. Loaded alone or with `list`, it decides the same,
+/// and a reference to an index's image is promoted for its platform.
+pub fn with_platforms(
+    list: &crate::allowlist::Allowlist,
+    sources: &[String],
+    report: &render::Report,
+) -> String {
+    let mut found = crate::allowlist::Found {
+        by: Some("allowlist verify --write-platforms"),
+        ..Default::default()
+    };
+    for v in report.images.iter().filter(|v| !v.images.is_empty()) {
+        found
+            .platforms
+            .insert((v.repository.clone(), v.digest.clone()), v.images.clone());
+    }
+    crate::allowlist::to_native_yaml_with(list, "promoted", sources, &found)
+}

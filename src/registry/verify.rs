@@ -67,6 +67,10 @@ pub struct Verification {
     pub tags: Vec<TagCheck>,
     pub platforms: Vec<PlatformCheck>,
     pub promotions: Vec<Promotion>,
+    /// An index's images by platform (`os/arch[/variant]`, digest), its
+    /// attestation entries left out: what `--write-platforms` records.
+    #[serde(skip)]
+    pub images: Vec<(String, String)>,
 }
 
 /// A tag the allowlist names for the digest.
@@ -190,6 +194,7 @@ struct Found {
     state: State,
     detail: String,
     platforms: Vec<PlatformCheck>,
+    images: Vec<(String, String)>,
 }
 
 impl Found {
@@ -203,6 +208,7 @@ impl Found {
             state,
             detail,
             platforms,
+            images: Vec::new(),
         }
     }
 
@@ -211,6 +217,7 @@ impl Found {
             state,
             detail: detail.into(),
             platforms: Vec::new(),
+            images: Vec::new(),
         }
     }
 }
@@ -269,6 +276,7 @@ impl Verifier<'_> {
             tags,
             platforms: found.platforms,
             promotions,
+            images: found.images,
         }
     }
 
@@ -281,7 +289,15 @@ impl Verifier<'_> {
                 Ok(()) if self.options.platforms.is_empty() => Found::ok("an image", Vec::new()),
                 Ok(()) => self.single(location, &image).await,
             },
-            Ok(Manifest::Index(entries)) => self.index(location, &entries).await,
+            Ok(Manifest::Index(entries)) => {
+                let mut found = self.index(location, &entries).await;
+                found.images = entries
+                    .iter()
+                    .filter(|e| manifest::is_candidate(e))
+                    .filter_map(|e| Some((e.platform.as_ref()?.platform().to_string(), e.digest.clone())))
+                    .collect();
+                found
+            }
         }
     }
 
