@@ -190,7 +190,7 @@ pub struct CheckArgs {
 
 /// How `audit` and `cleanup` reach the cluster: the cluster flags
 /// `serve` shares, their own `--context`, and the name the timeout had
-/// before 0.7.2.
+/// before 0.8.0 (chart; app 0.7.0).
 #[derive(Debug, Args)]
 pub struct ConnectionArgs {
     #[command(flatten)]

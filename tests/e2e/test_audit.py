@@ -131,7 +131,7 @@ def test_audit_finds_exactly_the_stale_objects_with_owner_chains(stale):
 
 
 def test_the_old_timeout_flag_still_works_with_one_warning(stale):
-    # Before 0.7.2 the cluster timeout of audit and cleanup was
+    # Before chart 0.8.0 the cluster timeout of audit and cleanup was
     # --request-timeout / DIGEST_GATE_REQUEST_TIMEOUT, which serve uses for
     # its webhook clients: the old spelling still reads the same, and says once
     # what to write instead.

@@ -337,6 +337,34 @@ def test_upgrade_from_0_7_0_changes_only_versions_and_a_restart_on_a_broken_edit
     assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == PROMOTED_IMAGE
 
 
+def test_upgrade_from_0_7_1_changes_only_versions_and_then_reads_the_platform_images_of_an_index(
+        cluster, release, models, tmp_path):
+    before, after = upgraded_from("0.7.1", release, tmp_path)
+    assert unversioned(after) == unversioned(before)
+    # 0.8.0 reads an index's images by platform (as `allowlist verify
+    # --write-platforms` writes them): the release's /validate-allowlist
+    # webhook takes the new field, the server reloads it...
+    configmap = cluster.get("configmap", f"{FULLNAME}-allowlist", RELEASE_NAMESPACE)
+    text = configmap["data"]["source.yaml"]
+    tags = '          tags: ["v1.21.0-15"]\n'
+    assert text.count(tags) == 1
+    arm64 = "sha256:" + "a6" * 32
+    cluster.apply(edited(configmap, text.replace(
+        tags, tags + f"          platforms: [{{platform: linux/arm64, digest: {arm64}}}]\n")))
+    reloads = release.pod.metric("digest_gate_reloads_total", source="allowlist", result="success")
+    release.pod.sync_volumes()
+    wait_until("the allowlist reload", lambda: release.pod.metric(
+        "digest_gate_reloads_total", source="allowlist", result="success") > reloads)
+    # ...and a runtime pinned to the arm64 image of the promoted index is
+    # admitted as written, where 0.7.1 would have rewritten it to the index.
+    runtime = incident_runtime(models)
+    child = PROMOTED_IMAGE.split("@")[0] + "@" + arm64
+    runtime["spec"]["containers"][0]["image"] = child
+    cluster.apply(runtime)
+    assert cluster.get("servingruntime", "ovms", models)["spec"]["containers"][0]["image"] == child
+    assert release.pod.metric("digest_gate_images_total", verdict="allow", reason="promoted_platform") >= 1
+
+
 def test_release_secret_is_the_certificate_the_webhook_serves(cluster, release):
     """The loopback pod serves exactly the chart's Secret; the apiserver's
     view of the CA is the bundle in the webhook configurations."""
