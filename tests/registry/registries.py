@@ -375,11 +375,14 @@ class RateLimiter:
     itself) that answers the first `limited` manifest requests with 429
     TOOMANYREQUESTS and `Retry-After`, then forwards. Counts what it saw."""
 
-    def __init__(self, certs: pathlib.Path, upstream: Registry, limited: int):
+    def __init__(self, certs: pathlib.Path, upstream: Registry, limited: int, tamper: bool = False):
+        """With `tamper`, manifest bodies are forwarded with a byte added:
+        what a broken cache or a hostile proxy serves."""
         make_leaf(certs, "rate-limiter")
         self.certs = certs
         self.upstream = upstream
         self.limited = limited
+        self.tamper = tamper
         self.refused = 0
         self.forwarded = 0
 
@@ -414,6 +417,8 @@ class RateLimiter:
                 conn.request(self.command, self.path, headers=headers)
                 answer = conn.getresponse()
                 body = answer.read()
+                if proxy.tamper and "/manifests/" in self.path and answer.status == 200:
+                    body += b" "
                 self.send_response(answer.status)
                 for k, v in answer.getheaders():
                     if k.lower() not in ("connection", "transfer-encoding", "content-length"):

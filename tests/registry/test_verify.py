@@ -379,3 +379,17 @@ def test_written_platforms_promote_each_image_of_an_index_for_its_platform(world
     # /mutate; a review that reaches /validate unrewritten is denied).
     answer = serve_review(world, release, child)
     assert answer["allowed"] is False and "never promoted" in answer["status"]["message"], answer
+
+
+def test_bytes_that_do_not_hash_to_the_digest_are_unverifiable_never_ok(world):
+    from registries import RateLimiter
+    from support import BackgroundServer
+
+    tampering = RateLimiter(world.certs, world.mirror, limited=0, tamper=True)
+    with BackgroundServer(tampering.handler(), tls=tampering.tls()) as proxy:
+        host = f"127.0.0.1:{proxy.port}"
+        path = world.allowlist("tampered", [(f"{host}/mirrored/multi", world.multi["digest"], [])])
+        code, report, _ = verify(world, str(path))
+        image = report["images"][0]
+        assert (code, image["state"]) == (2, "unverifiable"), report
+        assert "served bytes that are not the digest asked for" in image["detail"], image
