@@ -438,3 +438,45 @@ class RateLimiter:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.certs / "rate-limiter.crt", self.certs / "rate-limiter.key")
         return context
+
+
+# --- an HTTPS_PROXY ---------------------------------------------------------------
+
+class ConnectProxy:
+    """A forward proxy as HTTPS_PROXY names one: CONNECT host:port, then a
+    byte tunnel. Counts the tunnels it opened."""
+
+    def __init__(self):
+        self.tunnels: list[str] = []
+
+    def handler(self):
+        import select
+        from http.server import BaseHTTPRequestHandler
+
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_CONNECT(self):
+                host, _, port = self.path.rpartition(":")
+                proxy.tunnels.append(self.path)
+                upstream = socket.create_connection((host, int(port)), timeout=10)
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                sockets = [self.connection, upstream]
+                try:
+                    while True:
+                        ready, _, _ = select.select(sockets, [], [], 10)
+                        if not ready:
+                            return
+                        for s in ready:
+                            data = s.recv(65536)
+                            if not data:
+                                return
+                            (upstream if s is self.connection else self.connection).sendall(data)
+                finally:
+                    upstream.close()
+
+        return Handler

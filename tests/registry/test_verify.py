@@ -393,3 +393,25 @@ def test_bytes_that_do_not_hash_to_the_digest_are_unverifiable_never_ok(world):
         image = report["images"][0]
         assert (code, image["state"]) == (2, "unverifiable"), report
         assert "served bytes that are not the digest asked for" in image["detail"], image
+
+
+def test_https_proxy_and_no_proxy_are_honoured(world):
+    from registries import ConnectProxy
+    from support import BackgroundServer
+
+    s = world.source.host
+    path = world.allowlist("proxied", [(f"{s}/models/plain", world.plain["digest"], [])])
+    tunnels = ConnectProxy()
+    with BackgroundServer(tunnels.handler()) as proxy:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and "PROXY" not in k.upper()}
+        argv = [str(binary()), "allowlist", "verify", "-q", "-o", "json", "--registry-ca", str(world.ca),
+                "--registry-auth", str(world.auth), str(path)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              env={**base, "HTTPS_PROXY": f"http://127.0.0.1:{proxy.port}"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert tunnels.tunnels and set(tunnels.tunnels) == {s}, tunnels.tunnels
+        opened = len(tunnels.tunnels)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                              env={**base, "HTTPS_PROXY": f"http://127.0.0.1:{proxy.port}", "NO_PROXY": "127.0.0.1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(tunnels.tunnels) == opened
