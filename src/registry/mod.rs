@@ -79,10 +79,14 @@ pub fn verify_allowlist(
         indicatif::ProgressBar::hidden()
     } else {
         // Draws only when standard error is a terminal.
-        indicatif::ProgressBar::with_draw_target(
+        let bar = indicatif::ProgressBar::with_draw_target(
             Some(subjects.len() as u64),
             indicatif::ProgressDrawTarget::stderr(),
-        )
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} verified {msg}") {
+            bar.set_style(style);
+        }
+        bar
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

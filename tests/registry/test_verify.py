@@ -415,3 +415,25 @@ def test_https_proxy_and_no_proxy_are_honoured(world):
                               env={**base, "HTTPS_PROXY": f"http://127.0.0.1:{proxy.port}", "NO_PROXY": "127.0.0.1"})
         assert done.returncode == 0, done.stdout + done.stderr
         assert len(tunnels.tunnels) == opened
+
+
+def test_progress_shows_on_a_terminal_unless_quiet(world, tmp_path):
+    """`script` gives the command a terminal; its typescript is what the
+    terminal showed (standard output goes to a file)."""
+    import shlex
+
+    path = world.allowlist("progress", [(f"{world.source.host}/models/plain", world.plain["digest"], [])])
+    base = [str(binary()), "allowlist", "verify", "--registry-ca", str(world.ca), "--registry-auth",
+            str(world.auth), str(path)]
+    shown = {}
+    for quiet in (False, True):
+        argv = base + (["--quiet"] if quiet else [])
+        typescript = tmp_path / f"typescript-{quiet}"
+        command = f"{shlex.join(argv)} > {shlex.quote(str(tmp_path / 'out.txt'))}"
+        done = subprocess.run(["script", "-q", "-e", "-c", command, str(typescript)], capture_output=True,
+                              timeout=60)
+        assert done.returncode == 0, done
+        shown[quiet] = typescript.read_text(errors="replace")
+        assert (tmp_path / "out.txt").read_text().startswith("verified 1 promoted digest(s): 1 ok")
+    assert "1/1 verified" in shown[False], shown[False]
+    assert "1/1 verified" not in shown[True], shown[True]
