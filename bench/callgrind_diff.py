@@ -24,6 +24,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import instructions as ins  # noqa: E402
 import load  # noqa: E402
+from compare_builds import serve_argv, setup  # noqa: E402
 
 ROW = re.compile(r"\s*([\d,]+) \([^)]*\)\s+(.*?)(?: \[[^\]]*\])?$")
 
@@ -48,23 +49,15 @@ def main():
     parser.add_argument("--review", choices=["allowed", "rewritten"], default="allowed")
     parser.add_argument("--rows", type=int, default=40)
     args = parser.parse_args()
-    load.prepare(10)
-    certs = load.OUT / "certs"
-    tls = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
-    allowlists = ["--allowlist", str(load.ROOT / "examples" / "allowlist.yaml"),
-                  "--allowlist", str(load.ROOT / "bench" / "modelmesh-promoted.txt")]
-    body = (load.ROOT / "examples" / "review.json").read_bytes()
-    if args.review == "allowed":
-        body = body.replace(ins.INCIDENT.encode(), ins.PROMOTED.encode())
+    certs, reviews = setup()
+    body = reviews[args.review]
     per_review = {}
     for build in (args.before, args.now):
         name, _, binary = build.partition("=")
         runs = []
         for n in (1, args.requests):
             port = load.free_port()
-            argv = [binary, "serve"] + tls + allowlists + [
-                "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{load.free_port()}",
-                "--log-level", "warn"]
+            argv = serve_argv(binary, certs, port)
             out = load.OUT / f"callgrind.{name}.{n}.out"
             ins.counted(argv, port, certs / "ca.crt", body, n, out)
             runs.append(functions(out))

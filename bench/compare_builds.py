@@ -21,26 +21,36 @@ import instructions as ins  # noqa: E402
 import load  # noqa: E402
 
 
+def setup() -> tuple[pathlib.Path, dict[str, bytes]]:
+    """The certificates (release binaries built first) and the README's
+    review, rewritten and allowed."""
+    load.prepare(10)
+    rewrite = (load.ROOT / "examples" / "review.json").read_bytes()
+    return load.OUT / "certs", {"rewritten": rewrite,
+                                "allowed": rewrite.replace(ins.INCIDENT.encode(), ins.PROMOTED.encode())}
+
+
+def serve_argv(binary: str, certs: pathlib.Path, port: int) -> list[str]:
+    """`serve` as every build is measured: the example allowlists, no
+    decision log."""
+    return [binary, "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+            "--allowlist", str(load.ROOT / "examples" / "allowlist.yaml"),
+            "--allowlist", str(load.ROOT / "bench" / "modelmesh-promoted.txt"),
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{load.free_port()}", "--log-level", "warn"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("builds", nargs="+", help="NAME=BINARY")
     parser.add_argument("--requests", type=int, default=1000)
     args = parser.parse_args()
-    load.prepare(10)
-    certs = load.OUT / "certs"
-    tls = ["--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
-    allowlists = ["--allowlist", str(load.ROOT / "examples" / "allowlist.yaml"),
-                  "--allowlist", str(load.ROOT / "bench" / "modelmesh-promoted.txt")]
-    rewrite = (load.ROOT / "examples" / "review.json").read_bytes()
-    reviews = {"rewritten": rewrite, "allowed": rewrite.replace(ins.INCIDENT.encode(), ins.PROMOTED.encode())}
+    certs, reviews = setup()
     print("| build | review | instructions per review |\n|---|---|---|")
     for build in args.builds:
         name, _, binary = build.partition("=")
         for review, body in reviews.items():
             port = load.free_port()
-            argv = [binary, "serve"] + tls + allowlists + [
-                "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{load.free_port()}",
-                "--log-level", "warn"]
+            argv = serve_argv(binary, certs, port)
             base, _ = ins.counted(argv, port, certs / "ca.crt", body, 1, load.OUT / "callgrind.base.out")
             total, _ = ins.counted(argv, port, certs / "ca.crt", body, args.requests, load.OUT / "callgrind.run.out")
             print(f"| {name} | {review} | {(total - base) / (args.requests - 1):,.0f} |", flush=True)

@@ -87,6 +87,22 @@ pub fn first<T>(mut items: Vec<T>, max: usize) -> (Vec<T>, usize) {
     (items, more)
 }
 
+/// An error and its sources, `a: b: c`, without repeats (hyper, kube and
+/// reqwest often include their source's text in their own).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

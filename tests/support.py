@@ -4,6 +4,7 @@ the small HTTP servers the tests run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -65,3 +66,36 @@ class BackgroundServer:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextlib.contextmanager
+def serve(cert: pathlib.Path, key: pathlib.Path, *args: str):
+    """Runs `digest-gate serve` on loopback with the key pair and `args`
+    until ready; yields (webhook port, admin port); on exit sends SIGTERM
+    and checks the process exits 0."""
+    import http.client
+    import signal
+    import time
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen(
+        [str(binary()), "serve", "--tls-cert", str(cert), "--tls-key", str(key),
+         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "digest-gate did not become ready"
+            time.sleep(0.1)
+        yield port, admin
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        assert code == 0, proc.stderr.read().decode()

@@ -2,6 +2,7 @@
 //! (or the pod's in-cluster config), and errors worded for the person who
 //! has to fix them, each naming the server and the context.
 
+use crate::text::error_chain;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -87,7 +88,7 @@ impl Connection {
         let client = Client::try_from(config).map_err(|e| {
             AuditError::Config(format!(
                 "cannot set up a client for {server} (context \"{context}\"): {}",
-                chain(&e)
+                error_chain(&e)
             ))
         })?;
         Ok(Connection {
@@ -114,14 +115,15 @@ impl Connection {
             )),
             // kube's own "ServiceError:"/"HyperError:" prefixes say nothing
             // to the reader; the causes do.
-            kube::Error::HyperError(cause) => {
-                RequestFailure::Fatal(format!("cannot reach the cluster at {at}: {}", chain(cause)))
-            }
+            kube::Error::HyperError(cause) => RequestFailure::Fatal(format!(
+                "cannot reach the cluster at {at}: {}",
+                error_chain(cause)
+            )),
             kube::Error::Service(cause) => RequestFailure::Fatal(format!(
                 "cannot reach the cluster at {at}: {}",
-                chain(cause.as_ref())
+                error_chain(cause.as_ref())
             )),
-            other => RequestFailure::Request(format!("cannot {doing} from {at}: {}", chain(other))),
+            other => RequestFailure::Request(format!("cannot {doing} from {at}: {}", error_chain(other))),
         }
     }
 }
@@ -194,7 +196,7 @@ async fn config(settings: &Settings) -> Result<(Config, String), String> {
     let (kubeconfig, from) = match &settings.kubeconfig {
         Some(path) => (
             Kubeconfig::read_from(path)
-                .map_err(|e| format!("--kubeconfig {}: {}", path.display(), chain(&e)))?,
+                .map_err(|e| format!("--kubeconfig {}: {}", path.display(), error_chain(&e)))?,
             path.display().to_string(),
         ),
         None => match kubeconfig_from_env()? {
@@ -206,7 +208,7 @@ async fn config(settings: &Settings) -> Result<(Config, String), String> {
                 let config = Config::incluster().map_err(|e| {
                     format!(
                         "no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig) and not in a pod: {}",
-                        chain(&e)
+                        error_chain(&e)
                     )
                 })?;
                 return Ok((config, "in-cluster".into()));
@@ -234,7 +236,7 @@ async fn config(settings: &Settings) -> Result<(Config, String), String> {
     }
     let config = Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|e| format!("{from}: context \"{context}\": {}", chain(&e)))?;
+        .map_err(|e| format!("{from}: context \"{context}\": {}", error_chain(&e)))?;
     Ok((config, context))
 }
 
@@ -246,7 +248,7 @@ fn kubeconfig_from_env() -> Result<Option<(Kubeconfig, String)>, String> {
         return match Kubeconfig::from_env() {
             Ok(Some(k)) => Ok(Some((k, shown))),
             Ok(None) => Ok(None),
-            Err(e) => Err(format!("$KUBECONFIG {shown}: {}", chain(&e))),
+            Err(e) => Err(format!("$KUBECONFIG {shown}: {}", error_chain(&e))),
         };
     }
     let Some(home) = std::env::var_os("HOME") else {
@@ -259,21 +261,5 @@ fn kubeconfig_from_env() -> Result<Option<(Kubeconfig, String)>, String> {
     let shown = path.display().to_string();
     Kubeconfig::read_from(&path)
         .map(|k| Some((k, shown.clone())))
-        .map_err(|e| format!("{shown}: {}", chain(&e)))
-}
-
-/// An error and its sources, `a: b: c`, without repeats (hyper and kube
-/// often include their source's text in their own).
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
+        .map_err(|e| format!("{shown}: {}", error_chain(&e)))
 }

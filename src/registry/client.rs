@@ -369,7 +369,7 @@ fn sort(e: &OciDistributionError, host: &str) -> Failure {
 }
 
 fn request_failure(e: &reqwest::Error, host: &str) -> Failure {
-    let chain = causes(e);
+    let chain = crate::text::error_chain(e);
     if chain.contains("InvalidContentType") || chain.contains("corrupt message") {
         return Failure::Unverifiable(format!(
             "{host} does not speak TLS: digest-gate asks registries over HTTPS only, never plain HTTP"
@@ -384,21 +384,6 @@ fn request_failure(e: &reqwest::Error, host: &str) -> Failure {
         return Failure::Retry(format!("cannot reach {host}: {chain}"));
     }
     Failure::Unverifiable(format!("{host}: {chain}"))
-}
-
-/// An error and its sources, one line.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 fn first_line(s: &str) -> &str {

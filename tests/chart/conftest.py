@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
-import subprocess
 import sys
 
 import helm_python as helm
@@ -13,7 +12,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from support import ROOT, BackgroundServer, QuietHandler, binary, free_port, send_json  # noqa: E402 (needs the path above)
+from support import ROOT, BackgroundServer, QuietHandler, binary, free_port, send_json, serve  # noqa: E402 (needs the path above)
 
 # The tests import these from here.
 __all__ = ["ROOT", "binary", "free_port"]
@@ -29,33 +28,9 @@ def serving(certs: pathlib.Path, *extra: str, admin_port: bool = False):
     example allowlist and `extra` arguments until ready; yields the webhook
     port (and the admin port, with admin_port); on exit sends SIGTERM and
     checks the process exits 0."""
-    import http.client
-    import signal
-    import time
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [str(binary()), "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
-         "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
-         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
-                c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "digest-gate did not become ready"
-            time.sleep(0.1)
+    with serve(certs / "tls.crt", certs / "tls.key", "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
+               *extra) as (port, admin):
         yield (port, admin) if admin_port else port
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=15)
-        assert code == 0, proc.stderr.read().decode()
 
 
 def parse(manifests: dict[str, str]) -> list[dict]:

@@ -297,43 +297,23 @@ def serve_review(world: World, allowlist: pathlib.Path, image: str) -> dict:
     """`digest-gate serve --allowlist ALLOWLIST` on loopback, one /validate
     review of a Pod running `image`: the AdmissionReview response."""
     import http.client
-    import signal
     import ssl
-    import time
 
-    from registries import free_port, make_leaf
+    from registries import make_leaf
+    from support import serve
 
     make_leaf(world.certs, "webhook")
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [str(binary()), "serve", "--tls-cert", str(world.certs / "webhook.crt"), "--tls-key",
-         str(world.certs / "webhook.key"), "--allowlist", str(allowlist), "--listen", f"127.0.0.1:{port}",
-         "--admin-listen", f"127.0.0.1:{admin}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
-                c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "digest-gate serve did not become ready"
-            time.sleep(0.1)
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "models"},
-               "spec": {"containers": [{"name": "server", "image": image}]}}
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "models",
-            "operation": "CREATE", "userInfo": {"username": "dev"}, "object": pod}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "models"},
+           "spec": {"containers": [{"name": "server", "image": image}]}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "models",
+        "operation": "CREATE", "userInfo": {"username": "dev"}, "object": pod}}
+    with serve(world.certs / "webhook.crt", world.certs / "webhook.key", "--allowlist", str(allowlist)) as (port, _):
         context = ssl.create_default_context(cafile=str(world.ca))
         c = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
         c.request("POST", "/validate", body=json.dumps(review), headers={"Content-Type": "application/json"})
         return json.loads(c.getresponse().read())["response"]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
 
 
 def test_written_platforms_promote_each_image_of_an_index_for_its_platform(world, tmp_path):
