@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::allowlist::Allowlist;
 use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement};
-use crate::policy::{Mode, Policy};
+use crate::policy::Mode;
 use crate::report::{self, Keep, ObjectReport, Position, Report};
 use crate::yaml::{self, Document, Edit, Offsets};
 
@@ -52,6 +52,15 @@ impl Manifest {
         Self {
             name: name.into(),
             origin: Place::Text(text.into()),
+        }
+    }
+
+    /// The same manifest read now, for a run that reads its sources twice
+    /// (`--registry`): standard input can be read once.
+    pub fn buffered(self) -> Result<Self, String> {
+        match self.origin {
+            Place::Stdin => Ok(Self::text(self.name.clone(), self.read()?.text)),
+            _ => Ok(self),
         }
     }
 
@@ -176,21 +185,27 @@ pub struct Checked {
     /// Whether a Kubernetes object, or a `kind: List` (even empty), was
     /// found: a run that found none checked nothing and says so.
     pub found_objects: bool,
+    /// Every distinct reference a workload will run (canonical repository,
+    /// digest): what `--registry` verifies.
+    pub will_run: std::collections::BTreeSet<(String, String)>,
 }
 
 /// Checks `sources` one at a time, each document judged and dropped before
 /// the next is read; with `fix`, also rewrites them. The report keeps
 /// `keep` of each object.
-pub fn check(sources: &[Manifest], allowlist: &Allowlist, policy: &Policy, fix: bool, keep: Keep) -> Checked {
+pub fn check(sources: &[Manifest], rules: judge::Rules<'_>, fix: bool, keep: Keep) -> Checked {
     let mut outcome = Checked {
         report: Report::keeping(keep),
         ..Checked::default()
     };
+    if rules.published.is_some() {
+        outcome.report.summary.registry = Some(Default::default());
+    }
     for source in sources {
         match source.read() {
             Ok(input) => {
                 outcome.read += 1;
-                FileCheck::new(&input, allowlist, policy, fix).run(&mut outcome);
+                FileCheck::new(&input, rules, fix).run(&mut outcome);
             }
             Err(e) => outcome.report.errors.push(e),
         }
@@ -294,8 +309,7 @@ type Other = (usize, usize, String);
 /// One file being checked.
 struct FileCheck<'a> {
     input: &'a Input,
-    allowlist: &'a Allowlist,
-    policy: &'a Policy,
+    rules: judge::Rules<'a>,
     fix: bool,
     offsets: Offsets,
     fixing: Fixing,
@@ -307,11 +321,10 @@ struct FileCheck<'a> {
 }
 
 impl<'a> FileCheck<'a> {
-    fn new(input: &'a Input, allowlist: &'a Allowlist, policy: &'a Policy, fix: bool) -> Self {
+    fn new(input: &'a Input, rules: judge::Rules<'a>, fix: bool) -> Self {
         Self {
             input,
-            allowlist,
-            policy,
+            rules,
             fix,
             offsets: Offsets::new(&input.text),
             fixing: Fixing::default(),
@@ -396,10 +409,16 @@ impl<'a> FileCheck<'a> {
         };
         self.objects = true;
         for f in found {
-            let j = judge::judge(f.object, None, self.policy, self.allowlist);
+            let j = judge::judge_as(judge::Subject::of(f.object, None), self.rules);
+            let allowlist = self.rules.allowlist;
             outcome
-                .report
-                .push(report(self.input, doc, &f, &j, self.allowlist));
+                .will_run
+                .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+            let mut object = report(self.input, doc, &f, &j, allowlist);
+            if let Some(published) = self.rules.published {
+                object = object.with_registry(&j, allowlist, published);
+            }
+            outcome.report.push(object);
             if self.fix {
                 // What --fix leaves counts against the exit code unless audited.
                 if j.mode != Mode::Audit {
@@ -672,7 +691,15 @@ pub fn fixed_stream(fixed: &[Fixed]) -> String {
 /// (with `--fix`: still denied after fixing), 2 unusable input.
 pub fn exit_code(outcome: &Checked, fix: bool) -> u8 {
     if fix && outcome.report.errors.is_empty() {
-        u8::from(outcome.still_denied > 0)
+        // Something still wrong after fixing (1) outranks something that
+        // could not be verified (2), as in `allowlist verify`.
+        match (
+            outcome.still_denied > 0,
+            report::registry_exit_code(&outcome.report),
+        ) {
+            (true, _) => 1,
+            (false, code) => code,
+        }
     } else {
         report::exit_code(&outcome.report)
     }
@@ -687,8 +714,11 @@ mod tests {
         let list = crate::testing::incident_allowlist();
         check(
             &[Manifest::text("m.yaml", text)],
-            &list,
-            &Policy::default(),
+            judge::Rules {
+                policy: &crate::policy::Policy::default(),
+                allowlist: &list,
+                published: None,
+            },
             fix,
             Keep::Objects,
         )
@@ -703,6 +733,7 @@ mod tests {
         assert_eq!(
             o.report.summary,
             report::Summary {
+                registry: None,
                 objects: 2,
                 allow: 0,
                 rewrite: 1,

@@ -11,8 +11,9 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use crate::allowlist::{self, Exemption, Loaded, Pattern};
 use crate::audit;
 use crate::check;
+use crate::judge;
 use crate::policy::{Mode, Policy, Unlisted};
-use crate::published::Platform;
+use crate::published::{Platform, Published};
 use crate::registry::{self, RegistryArgs, verify};
 use crate::report;
 use crate::server;
@@ -186,6 +187,69 @@ pub struct CheckArgs {
     /// With --fix: write fixed files back instead of printing them.
     #[arg(long, env = "DIGEST_GATE_IN_PLACE", requires = "fix")]
     pub in_place: bool,
+    #[command(flatten)]
+    pub verify: VerifyRegistryArgs,
+}
+
+/// `--registry`: also ask the registries about what workloads will run.
+#[derive(Debug, Args)]
+pub struct VerifyRegistryArgs {
+    /// Also ask the registries whether the reference each workload will
+    /// run can be pulled (the rewrite target for a rewrite, the image as
+    /// written when allowed): a rewrite to one that cannot be is denied.
+    #[arg(
+        long = "registry",
+        visible_alias = "verify-registry",
+        env = "DIGEST_GATE_VERIFY_REGISTRY"
+    )]
+    pub enabled: bool,
+    /// With --registry: a platform the nodes run, OS/ARCH[/VARIANT]
+    /// (repeatable).
+    #[arg(
+        long = "platform",
+        env = "DIGEST_GATE_PLATFORM",
+        value_delimiter = ',',
+        requires = "enabled"
+    )]
+    pub platforms: Vec<Platform>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+impl VerifyRegistryArgs {
+    /// What the registries say of `references`, when --registry is given;
+    /// `Err` is the exit code.
+    fn published(
+        &self,
+        list: &allowlist::Allowlist,
+        references: &std::collections::BTreeSet<(String, String)>,
+    ) -> Result<Option<Published>, u8> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let settings = self.registry.settings().map_err(|e| {
+            eprintln!("error: {e}");
+            2u8
+        })?;
+        let options = verify::Options {
+            platforms: self.platforms.clone(),
+            mirrors_only: false,
+            blobs: verify::Blobs::Config,
+        };
+        let quiet = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+        match registry::verify_references(list, references, settings, &options, quiet) {
+            Ok((published, warnings)) => {
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+                Ok(Some(published))
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Err(2)
+            }
+        }
+    }
 }
 
 /// How `audit` and `cleanup` reach the cluster: the cluster flags
@@ -543,12 +607,37 @@ fn run_check(args: &CheckArgs) -> u8 {
         eprintln!("error: --in-place cannot write back to standard input");
         return 2;
     }
-    let (sources, mut problems) = check::sources(&names);
+    let (mut sources, mut problems) = check::sources(&names);
     let keep = match args.output {
         Output::Text => report::Keep::TextLines { fixed: args.fix },
         Output::Json | Output::Sarif => report::Keep::Objects,
     };
-    let mut outcome = check::check(&sources, &loaded.allowlist, &args.policy.policy(), args.fix, keep);
+    let policy = args.policy.policy();
+    let mut rules = judge::Rules {
+        policy: &policy,
+        allowlist: &loaded.allowlist,
+        published: None,
+    };
+    if args.verify.enabled {
+        // Judged twice: once to learn what will run, then knowing what the
+        // registries said of it.
+        sources = match sources.into_iter().map(check::Manifest::buffered).collect() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
+    }
+    let mut outcome = check::check(&sources, rules, args.fix, keep);
+    let published = match args.verify.published(&loaded.allowlist, &outcome.will_run) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    if let Some(published) = &published {
+        rules.published = Some(published);
+        outcome = check::check(&sources, rules, args.fix, keep);
+    }
     problems.append(&mut outcome.report.errors);
     outcome.report.errors = problems;
     // Skipped files are told on stderr whatever the format, so they never

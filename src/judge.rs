@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::allowlist::Allowlist;
 use crate::objects::{self, Embedded, Site, Walk};
 use crate::policy::{Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason, Verdict};
+use crate::published::Published;
 use crate::yaml::{self, Edit, Offsets};
 
 /// What happens to one image, as reports and the images metric name it:
@@ -116,6 +117,24 @@ impl ImageJudgement {
         self.decision.reason()
     }
 
+    /// The reference the workload will run, as a canonical repository and
+    /// a digest: the rewrite target for a rewrite (or for the denial of one
+    /// whose target cannot be pulled), the image as written when allowed.
+    /// `None` for denials and for images pinned by tag only.
+    pub fn will_run(&self, allowlist: &Allowlist) -> Option<(String, String)> {
+        let reference = match &self.decision.finding {
+            Finding::Rewrite { to, .. } | Finding::Deny(Denial::PromotedUnpullable { to, .. }) => to.as_str(),
+            Finding::Promoted
+            | Finding::PromotedPlatform { .. }
+            | Finding::Exempt { .. }
+            | Finding::UnlistedAllowed { .. } => self.site.image.as_deref().ok()?,
+            Finding::Deny(_) => return None,
+        };
+        let r = crate::reference::parse(reference).ok()?;
+        let repository = r.canonical_repository(allowlist.short_name_registry())?;
+        Some((repository.into_owned(), r.digest()?.to_owned()))
+    }
+
     /// The message for people: which container, which image, why, and what
     /// to use instead.
     pub fn message(&self) -> String {
@@ -165,15 +184,14 @@ pub struct Judgement {
 
 /// Judges `object` (with its previous version on UPDATE) by its own kind.
 pub fn judge(object: &Value, old: Option<&Value>, policy: &Policy, allowlist: &Allowlist) -> Judgement {
-    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-    let group = objects::group_of(object.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
-    let subject = Subject {
-        group,
-        kind,
-        object,
-        old,
-    };
-    judge_as(subject, Rules { policy, allowlist })
+    judge_as(
+        Subject::of(object, old),
+        Rules {
+            policy,
+            allowlist,
+            published: None,
+        },
+    )
 }
 
 /// What is judged: an object read as `group`/`kind` (an admission request
@@ -187,11 +205,28 @@ pub struct Subject<'a> {
     pub old: Option<&'a Value>,
 }
 
+impl<'a> Subject<'a> {
+    /// `object` read as its own kind (with its previous version on UPDATE).
+    pub fn of(object: &'a Value, old: Option<&'a Value>) -> Self {
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let group = objects::group_of(object.get("apiVersion").and_then(Value::as_str).unwrap_or(""));
+        Self {
+            group,
+            kind,
+            object,
+            old,
+        }
+    }
+}
+
 /// What it is judged by.
 #[derive(Debug, Clone, Copy)]
 pub struct Rules<'a> {
     pub policy: &'a Policy,
     pub allowlist: &'a Allowlist,
+    /// What registries said of promoted digests, when known (`check
+    /// --registry`): a rewrite to one that cannot be pulled is denied.
+    pub published: Option<&'a Published>,
 }
 
 /// Judges `subject` by `rules`: each image decided, the fixes found.
@@ -204,7 +239,11 @@ pub fn judge_as(subject: Subject<'_>, rules: Rules<'_>) -> Judgement {
         object,
         old,
     } = subject;
-    let Rules { policy, allowlist } = rules;
+    let Rules {
+        policy,
+        allowlist,
+        published,
+    } = rules;
     // ConfigMaps of other names are not read at all (`--configmap-names`,
     // the chart's webhook.configMaps.names); other kinds pay nothing for it.
     let skipped = group.is_empty()
@@ -235,7 +274,7 @@ pub fn judge_as(subject: Subject<'_>, rules: Rules<'_>) -> Judgement {
         })
         .map(|site| {
             let decision = match &site.image {
-                Ok(image) => policy.decide(kind, image, allowlist),
+                Ok(image) => policy.decide_with(kind, image, allowlist, published),
                 Err(reason) => Decision::malformed(mode, reason.clone()),
             };
             ImageJudgement::new(site, decision)

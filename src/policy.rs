@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted, Provenance};
+use crate::published::{Published, State};
 use crate::reference::{self, Placeholder, Reference, ReferenceError, short_digest};
 use crate::text::{self, Cut};
 
@@ -104,6 +105,8 @@ pub enum Reason {
     UnknownTag,
     NoTagOrDigest,
     CannotRewrite,
+    // Last, so that SARIF's rule indexes of the others stay as they were.
+    PromotedUnpullable,
 }
 
 impl Reason {
@@ -126,6 +129,9 @@ impl Reason {
             }
             Self::TagOnly => "The image names a tag without a digest; tags move, promoted digests do not.",
             Self::DigestNotPromoted => "The image's digest was never promoted for its repository.",
+            Self::PromotedUnpullable => {
+                "The image would be rewritten to a promoted digest that the registry cannot serve: its Pods would not start."
+            }
             Self::Malformed => "The object is malformed where an image should be.",
             Self::Invalid => "The image is not a valid image reference.",
             Self::Placeholder => "The image is a placeholder that was never substituted.",
@@ -217,6 +223,15 @@ pub enum Denial {
     NoTagOrDigest { candidates: Vec<String> },
     /// An unpromoted digest with no single promoted digest to rewrite to.
     DigestNotPromoted { digest: String, candidates: Vec<String> },
+    /// A rewrite was due, but its target is known not to be pullable: a
+    /// rewrite would make the incident, so it is denied (never a fallback
+    /// to an older promoted digest, which could undo a security fix).
+    PromotedUnpullable {
+        to: String,
+        state: State,
+        detail: String,
+        by: Option<PromotedBy>,
+    },
     /// A rewrite was due but cannot be applied in place.
     CannotRewrite { to: String, why: String },
 }
@@ -319,11 +334,28 @@ impl Policy {
 
     /// Decides one image of an object of `kind`.
     pub fn decide(&self, kind: &str, image: &str, allowlist: &Allowlist) -> Decision {
-        Decision::new(self.mode_for(kind), self.find(image, allowlist))
+        self.decide_with(kind, image, allowlist, None)
+    }
+
+    /// [`Self::decide`], knowing what registries said of promoted digests:
+    /// a rewrite to one that cannot be pulled is denied instead.
+    pub fn decide_with(
+        &self,
+        kind: &str,
+        image: &str,
+        allowlist: &Allowlist,
+        published: Option<&Published>,
+    ) -> Decision {
+        Decision::new(self.mode_for(kind), self.find_with(image, allowlist, published))
     }
 
     /// What the image is, independent of the mode.
     pub fn find(&self, image: &str, allowlist: &Allowlist) -> Finding {
+        self.find_with(image, allowlist, None)
+    }
+
+    /// [`Self::find`], knowing what registries said of promoted digests.
+    pub fn find_with(&self, image: &str, allowlist: &Allowlist, published: Option<&Published>) -> Finding {
         let r = match reference::parse(image) {
             Ok(r) => r,
             Err(ReferenceError::Placeholder(placeholder)) => {
@@ -379,8 +411,41 @@ impl Policy {
                 }
             };
         }
-        listed(&r, &candidates)
+        let finding = listed(&r, &candidates);
+        let known = match (&finding, published) {
+            (Finding::Rewrite { to, .. }, Some(published)) => unpullable(published, &repository, to),
+            _ => None,
+        };
+        match (finding, known) {
+            (Finding::Rewrite { to, by, .. }, Some(known)) => Finding::Deny(Denial::PromotedUnpullable {
+                to,
+                state: known.state,
+                detail: known.detail.clone(),
+                by,
+            }),
+            (finding, _) => finding,
+        }
     }
+}
+
+fn unpullable_message(image: &str, to: &str, state: State, detail: &str, by: Option<&PromotedBy>) -> String {
+    let by = by
+        .map(|b| format!(" (promoted by {})", b.describe()))
+        .unwrap_or_default();
+    format!(
+        "image '{image}' would be rewritten to '{to}'{by}, but it is {state}: {detail}: its Pods would not start; publish that digest, or promote one that is published"
+    )
+}
+
+/// What a registry said of rewrite target `to` of `repository`, when it
+/// said that it cannot be pulled.
+fn unpullable<'p>(
+    published: &'p Published,
+    repository: &str,
+    to: &str,
+) -> Option<&'p crate::published::Known> {
+    let digest = to.rsplit_once('@').map(|(_, d)| d)?;
+    published.get(repository, digest).filter(|k| k.state.fails())
 }
 
 /// The finding for an image of a listed repository, from its digest, or
@@ -714,6 +779,7 @@ impl Denial {
             Self::UnknownTag { .. } => Reason::UnknownTag,
             Self::NoTagOrDigest { .. } => Reason::NoTagOrDigest,
             Self::DigestNotPromoted { .. } => Reason::DigestNotPromoted,
+            Self::PromotedUnpullable { .. } => Reason::PromotedUnpullable,
             Self::CannotRewrite { .. } => Reason::CannotRewrite,
         }
     }
@@ -729,6 +795,7 @@ impl Denial {
             Self::UnknownTag { .. } => "tag not promoted",
             Self::NoTagOrDigest { .. } => "no tag or digest",
             Self::DigestNotPromoted { .. } => "digest not promoted",
+            Self::PromotedUnpullable { .. } => "its promoted digest cannot be pulled",
             Self::CannotRewrite { .. } => "cannot be rewritten in place",
         }
     }
@@ -797,6 +864,12 @@ impl Denial {
                 short_digest(digest),
                 join_candidates(candidates)
             ),
+            Self::PromotedUnpullable {
+                to,
+                state,
+                detail,
+                by,
+            } => unpullable_message(image, to, *state, detail, by.as_ref()),
             Self::CannotRewrite { to, why } => {
                 format!(
                     "image '{image}' must be '{to}', but it cannot be rewritten in place ({why}); change it"
@@ -1177,5 +1250,66 @@ mod platform_tests {
         // repository, is not promoted.
         let d = Policy::default().decide("Pod", &format!("quay.io/other/x@{ARM64}"), &list);
         assert_eq!(d.verdict, Verdict::Rewrite);
+    }
+}
+
+#[cfg(test)]
+mod unpullable_tests {
+    use super::*;
+    use crate::published::Known;
+    use crate::testing::{BAD, GOOD, REPO, incident_allowlist};
+
+    fn known(state: State) -> Published {
+        let mut p = Published::default();
+        let detail = "registry.redhat.io does not have this manifest (MANIFEST_UNKNOWN)".to_owned();
+        let checked_at = std::time::SystemTime::UNIX_EPOCH;
+        p.insert(
+            REPO,
+            GOOD,
+            Known {
+                state,
+                detail,
+                checked_at,
+            },
+        );
+        p
+    }
+
+    #[test]
+    fn a_rewrite_to_a_digest_the_registry_cannot_serve_is_denied_not_redirected() {
+        let list = incident_allowlist();
+        let image = format!("{REPO}@{BAD}");
+        let missing = known(State::Missing);
+        let d = Policy::default().decide_with("ServingRuntime", &image, &list, Some(&missing));
+        assert_eq!(
+            (d.verdict, d.reason()),
+            (Verdict::Deny, Reason::PromotedUnpullable)
+        );
+        assert_eq!(d.rewrite_to(), None);
+        let message = d.message("container \"ovms\"", &image);
+        assert!(
+            message.contains(&format!(
+                "would be rewritten to '{REPO}@{GOOD}' (promoted by"
+            )) && message.contains(
+                "but it is missing: registry.redhat.io does not have this manifest (MANIFEST_UNKNOWN): its Pods would not start"
+            ),
+            "{message}"
+        );
+        // Unverifiable, ok or unknown: the allowlist decides, as without it.
+        for p in [known(State::Unverifiable), known(State::Ok), Published::default()] {
+            let d = Policy::default().decide_with("ServingRuntime", &image, &list, Some(&p));
+            assert_eq!(d.verdict, Verdict::Rewrite);
+        }
+        // The promoted image as written is judged as before: allowed.
+        let promoted = format!("{REPO}@{GOOD}");
+        let d = Policy::default().decide_with("ServingRuntime", &promoted, &list, Some(&missing));
+        assert_eq!(d.verdict, Verdict::Allow);
+        // Audit mode reports it would deny.
+        let audit = Policy {
+            mode: Mode::Audit,
+            ..Policy::default()
+        };
+        let d = audit.decide_with("ServingRuntime", &image, &list, Some(&missing));
+        assert_eq!((d.verdict, d.would_be()), (Verdict::Allow, Verdict::Deny));
     }
 }

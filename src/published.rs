@@ -5,6 +5,7 @@
 //! so the layers that decide (policy, judge) can read it without reaching
 //! up to the registry client that finds it out.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -142,6 +143,46 @@ impl FromStr for Platform {
 impl Serialize for Platform {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
+    }
+}
+
+/// What a registry said of one reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    pub state: State,
+    /// In words, e.g. `registry.redhat.io does not have this manifest
+    /// (MANIFEST_UNKNOWN)`.
+    pub detail: String,
+    pub checked_at: std::time::SystemTime,
+}
+
+/// What is known of promoted references, by canonical repository and
+/// digest: what `check --registry` verified, for the judge to read.
+#[derive(Debug, Clone, Default)]
+pub struct Published {
+    known: HashMap<String, Known>,
+}
+
+impl Published {
+    pub fn insert(&mut self, repository: &str, digest: &str, known: Known) {
+        self.known.insert(format!("{repository}@{digest}"), known);
+    }
+
+    /// What is known of `repository@digest`. Asked only on the way to a
+    /// rewrite, never for a promoted image as written.
+    pub fn get(&self, repository: &str, digest: &str) -> Option<&Known> {
+        if self.known.is_empty() {
+            return None;
+        }
+        self.known.get(&format!("{repository}@{digest}"))
+    }
+
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
     }
 }
 

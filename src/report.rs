@@ -12,6 +12,7 @@ use crate::allowlist::Allowlist;
 use crate::judge::{ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects::Role;
 use crate::policy::{Finding, Mode, Reason, Verdict};
+use crate::published::{Published, State};
 use crate::reference;
 
 /// What is reported for an image (the JSON contract's `images[]`).
@@ -42,6 +43,32 @@ pub struct ImageReport {
     /// rewritten to, newest release first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub promotions: Vec<PromotionReport>,
+    /// What the registry said of the reference the image will run
+    /// (`--registry`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryReport>,
+}
+
+/// What a registry said of the reference an image will run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryReport {
+    /// The reference verified: the rewrite target, or the image as written.
+    pub reference: String,
+    pub state: State,
+    pub detail: String,
+    pub checked_at: String,
+}
+
+/// Verified images by state (`--registry`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistrySummary {
+    pub ok: usize,
+    pub missing: usize,
+    pub not_runnable: usize,
+    pub platform_missing: usize,
+    pub unverifiable: usize,
 }
 
 /// One source promoting a digest (the JSON contract's `promotions[]`).
@@ -131,6 +158,9 @@ pub struct Summary {
     pub rewrite: usize,
     pub deny: usize,
     pub skipped: usize,
+    /// Set by `--registry`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistrySummary>,
 }
 
 /// A file `check` found in a directory and did not judge: it holds no
@@ -206,6 +236,23 @@ impl ObjectReport {
         }
     }
 
+    /// Each image's registry state: what `published` knows of the reference
+    /// it will run.
+    pub fn with_registry(mut self, j: &Judgement, allowlist: &Allowlist, published: &Published) -> Self {
+        for (report, i) in self.images.iter_mut().zip(&j.images) {
+            report.registry = i.will_run(allowlist).and_then(|(repository, digest)| {
+                let known = published.get(&repository, &digest)?;
+                Some(RegistryReport {
+                    reference: format!("{repository}@{digest}"),
+                    state: known.state,
+                    detail: known.detail.clone(),
+                    checked_at: humantime::format_rfc3339_seconds(known.checked_at).to_string(),
+                })
+            });
+        }
+        self
+    }
+
     /// How text output names the object at an image's line: `file:line:
     /// Kind ns/name` for a file, `ns/Kind/name` (as kubectl names it) for a
     /// cluster object.
@@ -256,6 +303,7 @@ fn image_report(
         would_be,
         line: position.map(|p| p.line),
         column: position.and_then(|p| p.column),
+        registry: None,
     }
 }
 
@@ -291,6 +339,17 @@ impl Report {
     pub fn push(&mut self, report: ObjectReport) {
         *self.count(report.verdict) += 1;
         self.summary.objects += 1;
+        if let Some(counts) = &mut self.summary.registry {
+            for r in report.images.iter().filter_map(|i| i.registry.as_ref()) {
+                *match r.state {
+                    State::Ok => &mut counts.ok,
+                    State::Missing => &mut counts.missing,
+                    State::NotRunnable => &mut counts.not_runnable,
+                    State::PlatformMissing => &mut counts.platform_missing,
+                    State::Unverifiable => &mut counts.unverifiable,
+                } += 1;
+            }
+        }
         match self.keep {
             Keep::Objects => self.results.push(report),
             Keep::TextLines { fixed } => object_lines(&report, fixed, &mut self.lines),
@@ -412,6 +471,33 @@ fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
         };
         let _ = writeln!(out, "{}{owners}: {shown}: {}", r.label(i.line), i.reason);
     }
+    registry_lines(r, &owners, out);
+}
+
+/// A line per image whose reference the registry cannot serve, or could
+/// not be asked about; a denial that already says so has none.
+fn registry_lines(r: &ObjectReport, owners: &str, out: &mut String) {
+    for i in &r.images {
+        let Some(reg) = i.registry.as_ref().filter(|reg| reg.state != State::Ok) else {
+            continue;
+        };
+        if i.code == Reason::PromotedUnpullable {
+            continue;
+        }
+        let consequence = if reg.state.fails() {
+            "its Pods will not start"
+        } else {
+            "not verified"
+        };
+        let _ = writeln!(
+            out,
+            "{}{owners}: {}: {}: {}: {consequence}",
+            r.label(i.line),
+            reg.state,
+            reg.reference,
+            reg.detail
+        );
+    }
 }
 
 /// ` (ReplicaSet x ← Deployment y)`, or nothing without owners.
@@ -429,7 +515,17 @@ pub fn exit_code(report: &Report) -> u8 {
     if !report.errors.is_empty() {
         2
     } else {
-        u8::from(report.has_findings())
+        u8::from(report.has_findings()).max(registry_exit_code(report))
+    }
+}
+
+/// With `--registry`: 1 when a verified image's Pods would not start, else
+/// 2 when one could not be verified (as `allowlist verify`), else 0.
+pub fn registry_exit_code(report: &Report) -> u8 {
+    match &report.summary.registry {
+        Some(r) if r.missing + r.not_runnable + r.platform_missing > 0 => 1,
+        Some(r) if r.unverifiable > 0 => 2,
+        _ => 0,
     }
 }
 

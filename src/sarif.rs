@@ -12,6 +12,7 @@ use strum::VariantArray;
 
 use crate::judge::ImageVerdict;
 use crate::policy::Reason;
+use crate::published::State;
 use crate::report::{ImageReport, ObjectReport, Report};
 
 /// The schema the document names, as code scanning expects it.
@@ -25,12 +26,31 @@ pub fn sarif(report: &Report) -> String {
         .copied()
         .filter(|r| r.is_finding())
         .collect();
-    let results: Vec<Value> = report
-        .results
-        .iter()
-        .flat_map(|object| object.images.iter().map(move |image| (object, image)))
+    let images = || {
+        report
+            .results
+            .iter()
+            .flat_map(|object| object.images.iter().map(move |image| (object, image)))
+    };
+    let mut results: Vec<Value> = images()
         .filter_map(|(object, image)| result(object, image, &rules))
         .collect();
+    // With --registry: a rule per state that is not ok, after the reasons'
+    // rules (their indexes stay), and a result per image in such a state.
+    let registry_rules: &[State] = match report.summary.registry {
+        Some(_) => &[
+            State::Missing,
+            State::NotRunnable,
+            State::PlatformMissing,
+            State::Unverifiable,
+        ],
+        None => &[],
+    };
+    results.extend(
+        images().filter_map(|(object, image)| registry_result(object, image, registry_rules, rules.len())),
+    );
+    let mut rule_objects: Vec<Value> = rules.iter().map(|r| rule(*r)).collect();
+    rule_objects.extend(registry_rules.iter().map(|s| registry_rule(*s)));
     let notifications: Vec<Value> = report
         .errors
         .iter()
@@ -51,7 +71,7 @@ pub fn sarif(report: &Report) -> String {
                 "name": "digest-gate",
                 "version": env!("CARGO_PKG_VERSION"),
                 "informationUri": INFORMATION_URI,
-                "rules": rules.iter().map(|r| rule(*r)).collect::<Vec<_>>(),
+                "rules": rule_objects,
             }},
             // Columns count characters, as the YAML reader does.
             "columnKind": "unicodeCodePoints",
@@ -80,6 +100,54 @@ fn rule(reason: Reason) -> Value {
     })
 }
 
+fn registry_rule(state: State) -> Value {
+    let (level, text) = match state {
+        State::Unverifiable => (
+            "warning",
+            "The registry could not be asked whether the image can be pulled.",
+        ),
+        _ => (
+            "error",
+            "The registry cannot serve the image the workload will run: its Pods will not start.",
+        ),
+    };
+    json!({
+        "id": format!("registry_{}", <&str>::from(state).replace('-', "_")),
+        "shortDescription": {"text": text},
+        "defaultConfiguration": {"level": level},
+        "helpUri": format!("{INFORMATION_URI}#is-it-really-promoted"),
+    })
+}
+
+/// The registry's result for one image, when its state is not ok (and a
+/// denial does not already say it).
+fn registry_result(
+    object: &ObjectReport,
+    image: &ImageReport,
+    rules: &[State],
+    offset: usize,
+) -> Option<Value> {
+    let registry = image.registry.as_ref().filter(|r| r.state != State::Ok)?;
+    if image.code == Reason::PromotedUnpullable {
+        return None;
+    }
+    let index = rules.iter().position(|s| *s == registry.state)?;
+    let level = if registry.state.fails() {
+        "error"
+    } else {
+        "warning"
+    };
+    let message = format!("{}: {}: {}", registry.reference, registry.state, registry.detail);
+    Some(json!({
+        "ruleId": format!("registry_{}", <&str>::from(registry.state).replace('-', "_")),
+        "ruleIndex": offset + index,
+        "level": level,
+        "message": {"text": message},
+        "locations": [location(object, image)],
+        "properties": {"image": image.image, "reference": registry.reference},
+    }))
+}
+
 /// The result for one image, or `None` when it needs no change.
 fn result(object: &ObjectReport, image: &ImageReport, rules: &[Reason]) -> Option<Value> {
     let level = match (image.verdict, image.would_be) {
@@ -89,6 +157,26 @@ fn result(object: &ObjectReport, image: &ImageReport, rules: &[Reason]) -> Optio
         _ => return None,
     };
     let index = rules.iter().position(|r| *r == image.code)?;
+    let mut result = json!({
+        "ruleId": image.code,
+        "ruleIndex": index,
+        "level": level,
+        "message": {"text": image.reason},
+        "locations": [location(object, image)],
+    });
+    // The image as written and, for a rewrite, what it becomes: what a
+    // code-scanning rule or a bot acting on the results needs.
+    let mut properties = json!({"image": image.image});
+    if let Some(to) = &image.rewrite {
+        properties["rewrite"] = json!(to);
+    }
+    result["properties"] = properties;
+    Some(result)
+}
+
+/// Where an image is: the object and path, and the file and line when
+/// there is a file.
+fn location(object: &ObjectReport, image: &ImageReport) -> Value {
     let kind = object.kind.as_deref().unwrap_or("object");
     let name = match (&object.namespace, &object.name) {
         (Some(ns), Some(n)) => format!("{ns}/{n}"),
@@ -112,21 +200,7 @@ fn result(object: &ObjectReport, image: &ImageReport, rules: &[Reason]) -> Optio
             "region": region,
         });
     }
-    let mut result = json!({
-        "ruleId": image.code,
-        "ruleIndex": index,
-        "level": level,
-        "message": {"text": image.reason},
-        "locations": [location],
-    });
-    // The image as written and, for a rewrite, what it becomes: what a
-    // code-scanning rule or a bot acting on the results needs.
-    let mut properties = json!({"image": image.image});
-    if let Some(to) = &image.rewrite {
-        properties["rewrite"] = json!(to);
-    }
-    result["properties"] = properties;
-    Some(result)
+    location
 }
 
 fn notification(level: &str, text: &str) -> Value {

@@ -362,7 +362,14 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
                     object: obj,
                     old,
                 };
-                let j = judge::judge_as(subject, judge::Rules { policy, allowlist });
+                let j = judge::judge_as(
+                    subject,
+                    judge::Rules {
+                        policy,
+                        allowlist,
+                        published: None,
+                    },
+                );
                 respond(endpoint, request, j, obj)
             }
             Some(other) => Response::refuse(

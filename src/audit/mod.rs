@@ -163,7 +163,14 @@ pub async fn run(
                     object: &object,
                     old: None,
                 };
-                let j = judge::judge_as(subject, judge::Rules { policy, allowlist });
+                let j = judge::judge_as(
+                    subject,
+                    judge::Rules {
+                        policy,
+                        allowlist,
+                        published: None,
+                    },
+                );
                 controllers.push(owners::controller_uid(&object));
                 audit
                     .report

@@ -72,9 +72,18 @@ pub fn verify_allowlist(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<render::Report, VerifyError> {
+    run(list, verify::subjects(list), settings, options, quiet)
+}
+
+fn run(
+    list: &crate::allowlist::Allowlist,
+    subjects: Vec<verify::Subject>,
+    settings: client::Settings,
+    options: &verify::Options,
+    quiet: bool,
+) -> Result<render::Report, VerifyError> {
     let in_flight = settings.concurrency * 2;
     let registries = client::Registries::new(settings)?;
-    let subjects = verify::subjects(list);
     let progress = if quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -135,4 +144,36 @@ pub fn with_platforms(
             .insert((v.repository.clone(), v.digest.clone()), v.images.clone());
     }
     crate::allowlist::to_native_yaml_with(list, "promoted", sources, &found)
+}
+
+/// Verifies the references workloads will run (`check --registry`, `audit
+/// --registry`): each distinct (canonical repository, digest) once, where a
+/// node pulls it, and returns what the registries said of each.
+pub fn verify_references(
+    list: &crate::allowlist::Allowlist,
+    references: &std::collections::BTreeSet<(String, String)>,
+    settings: client::Settings,
+    options: &verify::Options,
+    quiet: bool,
+) -> Result<(crate::published::Published, Vec<String>), VerifyError> {
+    let subjects = references
+        .iter()
+        .map(|(repository, digest)| verify::Subject {
+            repository: repository.clone(),
+            digest: digest.clone(),
+            tags: Vec::new(),
+            promotions: verify::promotions_of(list, repository, digest),
+        })
+        .collect();
+    let report = run(list, subjects, settings, options, quiet)?;
+    let mut published = crate::published::Published::default();
+    for v in &report.images {
+        let known = crate::published::Known {
+            state: v.state,
+            detail: v.detail.clone(),
+            checked_at: v.checked_at,
+        };
+        published.insert(&v.repository, &v.digest, known);
+    }
+    Ok((published, report.errors))
 }

@@ -104,17 +104,7 @@ pub fn subjects(list: &Allowlist) -> Vec<Subject> {
     let mut out = Vec::new();
     for repo in list.repositories() {
         for promoted in repo.digests() {
-            let promotions = promoted
-                .promotions()
-                .filter_map(|p| {
-                    let provenance = list.provenance(p.provenance)?;
-                    Some(Promotion {
-                        file: provenance.source.to_string(),
-                        line: p.line,
-                        by: provenance.origin.clone(),
-                    })
-                })
-                .collect();
+            let promotions = promotions(list, &promoted);
             out.push(Subject {
                 repository: repo.name().to_owned(),
                 digest: promoted.digest().to_owned(),
@@ -124,6 +114,28 @@ pub fn subjects(list: &Allowlist) -> Vec<Subject> {
         }
     }
     out
+}
+
+fn promotions(list: &Allowlist, promoted: &crate::allowlist::Promoted<'_>) -> Vec<Promotion> {
+    promoted
+        .promotions()
+        .filter_map(|p| {
+            let provenance = list.provenance(p.provenance)?;
+            Some(Promotion {
+                file: provenance.source.to_string(),
+                line: p.line,
+                by: provenance.origin.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Where `repository@digest` was promoted (it, or the source it mirrors),
+/// if it was.
+pub fn promotions_of(list: &Allowlist, repository: &str, digest: &str) -> Vec<Promotion> {
+    let candidates = list.candidates(repository);
+    let found = candidates.promoted().into_iter().find(|p| p.digest() == digest);
+    found.map(|p| promotions(list, &p)).unwrap_or_default()
 }
 
 /// Where a node pulls `repository` from, in CRI-O's order: each mirror of

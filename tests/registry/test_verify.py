@@ -417,3 +417,81 @@ def test_progress_shows_on_a_terminal_unless_quiet(world, tmp_path):
         assert (tmp_path / "out.txt").read_text().startswith("verified 1 promoted digest(s): 1 ok")
     assert "1/1 verified" in shown[False], shown[False]
     assert "1/1 verified" not in shown[True], shown[True]
+
+
+def check(world: World, allowlist: pathlib.Path, manifest: pathlib.Path, *args: str,
+          auth: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    argv = [str(binary()), "check", "--allowlist", str(allowlist), "-f", str(manifest), "--registry",
+            "--registry-ca", str(world.ca), "--registry-auth", str(auth or world.auth), "--registry-timeout", "5s",
+            *args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_GATE_") and "PROXY" not in k.upper()}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+
+
+def runtime(name: str, image: str) -> str:
+    return (f"apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata: {{name: {name}, namespace: demo}}\n"
+            f"spec:\n  containers:\n    - name: ovms\n      image: {image}\n")
+
+
+def test_check_registry_says_which_workloads_will_not_start(world, tmp_path):
+    s = world.source.host
+    path = world.allowlist("incident", [(f"{s}/models/gone", NEVER_PUSHED, []),
+                                        (f"{s}/models/att", world.att["digest"], []),
+                                        (f"{s}/models/plain", world.plain["digest"], [])])
+    other = "sha256:" + "8af20e48" * 8
+    manifest = tmp_path / "runtimes.yaml"
+    manifest.write_text("---\n".join([
+        runtime("promoted-but-unpushed", f"{s}/models/gone@{NEVER_PUSHED}"),
+        runtime("rewrite-to-unpushed", f"{s}/models/gone@{other}"),
+        runtime("attestation", f"{s}/models/att@{world.att['digest']}"),
+        runtime("fine", f"{s}/models/plain@{world.plain['digest']}"),
+    ]))
+    done = check(world, path, manifest)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert (f"{manifest}:7: ServingRuntime demo/promoted-but-unpushed: missing: {s}/models/gone@{NEVER_PUSHED}: "
+            f"{s} does not have this manifest (MANIFEST_UNKNOWN): its Pods will not start") in lines, done.stdout
+    denied = [line for line in lines if "rewrite-to-unpushed" in line]
+    assert len(denied) == 1 and ": deny: " in denied[0] and "but it is missing" in denied[0], denied
+    assert any("demo/attestation: not-runnable:" in line and "cosign attestation" in line for line in lines), lines
+    assert not any("demo/fine" in line for line in lines), lines
+
+    done = check(world, path, manifest, "-o", "json")
+    report = json.loads(done.stdout)
+    images = {r["name"]: r["images"][0] for r in report["results"]}
+    assert images["fine"]["registry"]["state"] == "ok" and images["fine"]["registry"]["checkedAt"].endswith("Z")
+    assert images["rewrite-to-unpushed"]["code"] == "promoted_unpullable"
+    assert images["rewrite-to-unpushed"]["registry"]["reference"] == f"{s}/models/gone@{NEVER_PUSHED}"
+    assert report["summary"]["registry"] == {"ok": 1, "missing": 2, "notRunnable": 1, "platformMissing": 0,
+                                             "unverifiable": 0}
+    # Each distinct reference is asked once: gone, att and plain.
+    done = check(world, path, manifest, "-o", "sarif")
+    results = json.loads(done.stdout)["runs"][0]["results"]
+    assert sorted(r["ruleId"] for r in results) == ["promoted_unpullable", "registry_missing",
+                                                   "registry_not_runnable"], results
+    # --fix leaves the denial; the exit code says so.
+    done = check(world, path, manifest, "--fix")
+    assert done.returncode == 1 and done.stdout == manifest.read_text(), done.stderr
+    # Without --registry: as before (the unpushed digest is promoted; the other is rewritten).
+    plain = subprocess.run([str(binary()), "check", "--allowlist", str(path), "-f", str(manifest), "-o", "json"],
+                           capture_output=True, text=True, timeout=60)
+    report = json.loads(plain.stdout)
+    assert "registry" not in report["summary"] and all("registry" not in r["images"][0] for r in report["results"])
+    assert {r["name"]: r["images"][0]["verdict"] for r in report["results"]}["rewrite-to-unpushed"] == "rewrite"
+
+
+def test_check_registry_with_refused_credentials_exits_2(world, tmp_path):
+    s = world.source.host
+    path = world.allowlist("check-refused", [(f"{s}/models/plain", world.plain["digest"], [])])
+    manifest = tmp_path / "r.yaml"
+    manifest.write_text(runtime("fine", f"{s}/models/plain@{world.plain['digest']}"))
+    wrong = auth_file(world.work / "check-wrong.json", {s: (USER, "wrong")})
+    done = check(world, path, manifest, auth=wrong)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"demo/fine: unverifiable: {s}/models/plain@{world.plain['digest']}: " in done.stdout, done.stdout
+    assert "not verified" in done.stdout
+    # Standard input is read once and judged twice.
+    done = subprocess.run([str(binary()), "check", "--allowlist", str(path), "-f", "-", "--registry",
+                           "--registry-ca", str(world.ca), "--registry-auth", str(world.auth)],
+                          input=manifest.read_text(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
