@@ -204,7 +204,7 @@ pub struct VerifyRegistryArgs {
     )]
     pub enabled: bool,
     /// With --registry: a platform the nodes run, OS/ARCH[/VARIANT]
-    /// (repeatable).
+    /// (repeatable; audit reads the nodes' labels without it).
     #[arg(
         long = "platform",
         env = "DIGEST_GATE_PLATFORM",
@@ -231,25 +231,59 @@ impl VerifyRegistryArgs {
             eprintln!("error: {e}");
             2u8
         })?;
-        let options = verify::Options {
-            platforms: self.platforms.clone(),
-            mirrors_only: false,
-            blobs: verify::Blobs::Config,
-        };
+        let options = Self::options(self.platforms.clone());
         let quiet = !std::io::IsTerminal::is_terminal(&std::io::stderr());
         match registry::verify_references(list, references, settings, &options, quiet) {
-            Ok((published, warnings)) => {
-                for w in warnings {
-                    eprintln!("warning: {w}");
-                }
-                Ok(Some(published))
-            }
+            Ok((published, warnings)) => Ok(Some(warned(published, warnings))),
             Err(e) => {
                 eprintln!("error: {e}");
                 Err(2)
             }
         }
     }
+
+    /// [`Self::published`] for `audit`: on its runtime, and the platforms
+    /// read from the nodes when none are named.
+    async fn published_in_cluster(
+        &self,
+        connection: &audit::Connection,
+        list: &allowlist::Allowlist,
+        references: &std::collections::BTreeSet<(String, String)>,
+    ) -> Result<Option<Published>, String> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let settings = self.registry.settings().map_err(|e| e.to_string())?;
+        let platforms = match self.platforms.is_empty() {
+            true => audit::nodes::platforms(connection)
+                .await
+                .map_err(|e| e.to_string())?,
+            false => self.platforms.clone(),
+        };
+        let options = Self::options(platforms);
+        let quiet = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let (published, warnings) =
+            registry::verify_references_in(list, references, settings, &options, quiet)
+                .await
+                .map_err(|e| e.to_string())?;
+        Ok(Some(warned(published, warnings)))
+    }
+
+    fn options(platforms: Vec<Platform>) -> verify::Options {
+        verify::Options {
+            platforms,
+            mirrors_only: false,
+            blobs: verify::Blobs::Config,
+        }
+    }
+}
+
+/// `published`, its warnings printed.
+fn warned(published: Published, warnings: Vec<String>) -> Published {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    published
 }
 
 /// How `audit` and `cleanup` reach the cluster: the cluster flags
@@ -344,6 +378,10 @@ pub struct AuditArgs {
     pub events: bool,
     #[command(flatten)]
     pub csvs: audit::installed::CsvArgs,
+    /// With --registry and without --platform, the nodes' platforms are
+    /// read from their labels (`list nodes`).
+    #[command(flatten)]
+    pub verify: VerifyRegistryArgs,
 }
 
 /// Log line formats.
@@ -706,9 +744,7 @@ fn run_audit(args: &AuditArgs) -> u8 {
             kinds: (!kinds.is_empty()).then_some(kinds),
             break_glass_label: Some(args.break_glass_label.clone()),
         };
-        let mut found = audit::run(&connection, &target, &policy, &loaded.allowlist)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut found = judged(args, &connection, &target, &policy, &loaded.allowlist).await?;
         let writes = audit::Writes {
             policy_reports: args.policy_reports,
             events: args.events,
@@ -743,6 +779,36 @@ fn run_audit(args: &AuditArgs) -> u8 {
         Output::Sarif => crate::sarif::sarif(&found.report),
     });
     report::exit_code(&found.report)
+}
+
+/// The audit's findings; with --registry, judged again knowing what the
+/// registries said of what the first pass found will run.
+async fn judged(
+    args: &AuditArgs,
+    connection: &audit::Connection,
+    target: &audit::Target,
+    policy: &Policy,
+    allowlist: &allowlist::Allowlist,
+) -> Result<audit::Audit, String> {
+    let mut rules = judge::Rules {
+        policy,
+        allowlist,
+        published: None,
+    };
+    let found = audit::run(connection, target, rules)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(published) = args
+        .verify
+        .published_in_cluster(connection, allowlist, &found.will_run)
+        .await?
+    else {
+        return Ok(found);
+    };
+    rules.published = Some(&published);
+    audit::run(connection, target, rules)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The kinds `--kinds` names, or exit code 2 with what it may name.

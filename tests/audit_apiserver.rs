@@ -204,7 +204,7 @@ fn everything() -> Target {
 async fn discovery_paging_and_a_forbidden_kind() {
     let (apiserver, connection) = Apiserver::connect(cluster);
     let allowlist = incident_allowlist();
-    let found = audit::run(&connection, &everything(), &Policy::default(), &allowlist)
+    let found = audit::run(&connection, &everything(), rules(&Policy::default(), &allowlist))
         .await
         .unwrap();
 
@@ -296,7 +296,7 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
     // The findings come from the first test's cluster.
     let (_, reading) = Apiserver::connect(cluster);
     let allowlist = incident_allowlist();
-    let mut found = audit::run(&reading, &everything(), &Policy::default(), &allowlist)
+    let mut found = audit::run(&reading, &everything(), rules(&Policy::default(), &allowlist))
         .await
         .unwrap();
     // A report speaks for a namespace only from a complete read.
@@ -455,4 +455,15 @@ async fn the_csv_watch_relists_after_410_gone() {
         .take(3)
         .collect();
     assert_eq!(order, [false, true, false]);
+}
+
+fn rules<'a>(
+    policy: &'a Policy,
+    allowlist: &'a digest_gate::allowlist::Allowlist,
+) -> digest_gate::judge::Rules<'a> {
+    digest_gate::judge::Rules {
+        policy,
+        allowlist,
+        published: None,
+    }
 }

@@ -13,6 +13,7 @@
 
 mod cluster;
 pub mod installed;
+pub mod nodes;
 mod owners;
 pub mod write;
 
@@ -23,10 +24,8 @@ use kube::discovery::{ApiCapabilities, Discovery, verbs};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::allowlist::Allowlist;
 use crate::judge;
 use crate::objects::{self, KINDS, Kind, Layout};
-use crate::policy::Policy;
 use crate::report::{ObjectReport, Report};
 
 pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, Connection, RequestFailure, Settings};
@@ -71,6 +70,9 @@ pub struct Audit {
     pub covered: Covered,
     /// Namespaces read that carry the break-glass label, with its value.
     pub break_glass: BTreeMap<String, String>,
+    /// Every distinct reference a workload will run (canonical repository,
+    /// digest): what `--registry` verifies.
+    pub will_run: BTreeSet<(String, String)>,
 }
 
 /// Where a run read every object digest-gate judges.
@@ -120,11 +122,13 @@ fn page_size(kind: &Kind) -> u32 {
 pub async fn run(
     connection: &Connection,
     target: &Target,
-    policy: &Policy,
-    allowlist: &Allowlist,
+    rules: judge::Rules<'_>,
 ) -> Result<Audit, AuditError> {
     let source = format!("cluster:{}", connection.context);
     let mut audit = Audit::default();
+    if rules.published.is_some() {
+        audit.report.summary.registry = Some(Default::default());
+    }
     let served = discover(connection, target, &mut audit.report).await?;
     let namespaces = namespaces(connection, &target.scope, &mut audit.report).await?;
     audit.covered.namespaces = match &namespaces {
@@ -163,20 +167,17 @@ pub async fn run(
                     object: &object,
                     old: None,
                 };
-                let j = judge::judge_as(
-                    subject,
-                    judge::Rules {
-                        policy,
-                        allowlist,
-                        published: None,
-                    },
-                );
+                let j = judge::judge_as(subject, rules);
                 controllers.push(owners::controller_uid(&object));
+                let allowlist = rules.allowlist;
                 audit
-                    .report
-                    .push(ObjectReport::new(source.clone(), &object, &j, allowlist, |_| {
-                        None
-                    }));
+                    .will_run
+                    .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+                let mut report = ObjectReport::new(source.clone(), &object, &j, allowlist, |_| None);
+                if let Some(published) = rules.published {
+                    report = report.with_registry(&j, allowlist, published);
+                }
+                audit.report.push(report);
             });
             match judged.await {
                 Ok(()) => {}

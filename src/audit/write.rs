@@ -20,7 +20,8 @@ use strum::VariantArray;
 
 use super::{AuditError, Connection, Covered, Page, RequestFailure};
 use crate::judge::ImageVerdict;
-use crate::policy::Verdict;
+use crate::policy::{Reason, Verdict};
+use crate::published::State;
 use crate::report::{ImageReport, ObjectReport, Report};
 
 /// The policy name in every result, and the name of every report.
@@ -155,11 +156,21 @@ fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
             if let Some(to) = &image.rewrite {
                 properties.insert("promoted".into(), to.clone().into());
             }
+            // With --registry, what the registry said of what will run.
+            let message = match image.registry.as_ref().filter(|r| r.state != State::Ok) {
+                Some(reg) if image.code != Reason::PromotedUnpullable => {
+                    format!(
+                        "{}; {}: {}: {}",
+                        image.reason, reg.state, reg.reference, reg.detail
+                    )
+                }
+                _ => image.reason.clone(),
+            };
             let mut r = json!({
                 "policy": POLICY,
                 "rule": image.code,
                 "result": result,
-                "message": image.reason,
+                "message": message,
                 "source": POLICY,
                 "category": "Image promotion",
                 "scored": true,
@@ -220,6 +231,9 @@ impl PolicyResult {
 /// promoted digest; `warn` for what audit mode would rewrite; `skip` for an
 /// exemption; `pass` otherwise.
 fn result_of(image: &ImageReport) -> PolicyResult {
+    if image.registry.as_ref().is_some_and(|r| r.state.fails()) {
+        return PolicyResult::Fail;
+    }
     match (image.verdict, image.would_be) {
         (ImageVerdict::Deny | ImageVerdict::Rewrite, _) | (_, Some(Verdict::Deny)) => PolicyResult::Fail,
         (_, Some(_)) => PolicyResult::Warn,

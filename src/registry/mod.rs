@@ -82,27 +82,26 @@ fn run(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<render::Report, VerifyError> {
-    let in_flight = settings.concurrency * 2;
-    let registries = client::Registries::new(settings)?;
-    let progress = if quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        // Draws only when standard error is a terminal.
-        let bar = indicatif::ProgressBar::with_draw_target(
-            Some(subjects.len() as u64),
-            indicatif::ProgressDrawTarget::stderr(),
-        );
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} verified {msg}") {
-            bar.set_style(style);
-        }
-        bar
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(VerifyError::Runtime)?;
-    let images = runtime.block_on(verify::verify(
+    runtime.block_on(run_in(list, subjects, settings, options, quiet))
+}
+
+/// [`run`] on the caller's runtime.
+async fn run_in(
+    list: &crate::allowlist::Allowlist,
+    subjects: Vec<verify::Subject>,
+    settings: client::Settings,
+    options: &verify::Options,
+    quiet: bool,
+) -> Result<render::Report, VerifyError> {
+    let in_flight = settings.concurrency * 2;
+    let registries = client::Registries::new(settings)?;
+    let progress = progress(subjects.len(), quiet);
+    let images = verify::verify(
         &registries,
         list.mirror_rules(),
         subjects,
@@ -116,13 +115,27 @@ fn run(
             ));
             progress.inc(1);
         },
-    ));
+    )
+    .await;
     progress.finish_and_clear();
     Ok(render::Report::new(
         images,
         registries.warnings().to_vec(),
         registries.requests(),
     ))
+}
+
+/// A bar on standard error, drawn only when it is a terminal.
+fn progress(total: usize, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar =
+        indicatif::ProgressBar::with_draw_target(Some(total as u64), indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} verified {msg}") {
+        bar.set_style(style);
+    }
+    bar
 }
 
 /// The complete native allowlist `--write-platforms` writes: every
@@ -156,6 +169,22 @@ pub fn verify_references(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<(crate::published::Published, Vec<String>), VerifyError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(VerifyError::Runtime)?;
+    runtime.block_on(verify_references_in(list, references, settings, options, quiet))
+}
+
+/// [`verify_references`] on the caller's runtime.
+pub async fn verify_references_in(
+    list: &crate::allowlist::Allowlist,
+    references: &std::collections::BTreeSet<(String, String)>,
+    settings: client::Settings,
+    options: &verify::Options,
+    quiet: bool,
+) -> Result<(crate::published::Published, Vec<String>), VerifyError> {
     let subjects = references
         .iter()
         .map(|(repository, digest)| verify::Subject {
@@ -165,7 +194,7 @@ pub fn verify_references(
             promotions: verify::promotions_of(list, repository, digest),
         })
         .collect();
-    let report = run(list, subjects, settings, options, quiet)?;
+    let report = run_in(list, subjects, settings, options, quiet).await?;
     let mut published = crate::published::Published::default();
     for v in &report.images {
         let known = crate::published::Known {

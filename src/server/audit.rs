@@ -232,7 +232,12 @@ impl Auditor<'_> {
             kinds: None,
             break_glass_label: Some(self.flags.break_glass_label.clone()),
         };
-        let result = match audit::run(self.connection, &target, self.policy, allowlist).await {
+        let rules = crate::judge::Rules {
+            policy: self.policy,
+            allowlist,
+            published: None,
+        };
+        let result = match audit::run(self.connection, &target, rules).await {
             Ok(mut found) => audit::write(self.connection, &mut found, &self.writes)
                 .await
                 .map(|()| found),
