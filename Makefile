@@ -73,9 +73,9 @@ registry-test: $(VENV)/.installed tools registry-tools build
 # the debug binary serving it. tests/e2e/control-plane.sh builds the control
 # plane from Debian's packages on first use (~7-10 minutes on 2 cores) and
 # caches it in ~/.cache/digest-gate-e2e (DIGEST_GATE_E2E_CACHE).
-e2e: $(VENV)/.installed tools build
+e2e: $(VENV)/.installed tools registry-tools build
 	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" && export DIGEST_GATE_E2E_BIN && \
-	cd tests/e2e && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
+	cd tests/e2e && DIGEST_GATE_REGISTRY_CACHE=$(REGISTRY_DIR) PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # Benchmarks are not part of `make test`; see BENCHMARKS.md.
 bench:

@@ -544,3 +544,96 @@ def test_policy_reports_speak_for_whole_namespaces(stale):
     r = audit(stale.kubeconfig, "-n", MODELS, "--kinds", "Pod", "--policy-reports")
     assert r.returncode == 2
     assert "cannot be used with" in r.stderr, r.stderr
+
+
+REGISTRY_NS = "registry-audit"
+NEVER_PUSHED = "sha256:" + "7ef272bc" * 8
+
+
+@pytest.fixture(scope="module")
+def pushed(stale, tmp_path_factory):
+    """A registry on loopback (tests/registry's harness) with a
+    two-platform and an amd64-only index, two Nodes (amd64, arm64: created
+    by hand, there is no kubelet), and a namespace whose runtimes and
+    Deployment run them, or a promoted digest never pushed."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "registry"))
+    import registries as reg
+
+    work = tmp_path_factory.mktemp("registry")
+    certs = work / "certs"
+    reg.make_ca(certs)
+    layout = reg.Layout(work / "layout")
+    multi = layout.index([layout.image("linux", "amd64"), layout.image("linux", "arm64")])
+    layout.tag(multi, "multi")
+    single = layout.index([layout.image("linux", "amd64", text="single")])
+    layout.tag(single, "single")
+    with reg.Registry(work, certs, "source") as source:
+        source.push(layout, "multi", "models/multi")
+        source.push(layout, "single", "models/single")
+        host = source.host
+        images = {"gone": f"{host}/models/gone@{NEVER_PUSHED}", "multi": f"{host}/models/multi@{multi['digest']}",
+                  "single": f"{host}/models/single@{single['digest']}"}
+        allowlist = work / "allowlist.txt"
+        allowlist.write_text("\n".join(images.values()) + "\n")
+        for arch in ("amd64", "arm64"):
+            stale.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"e2e-{arch}", "labels": {
+                "kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}})
+        stale.namespace(REGISTRY_NS, {})
+        for name, image in (("unpushed", images["gone"]), ("multi", images["multi"]),
+                            ("amd64-only", images["single"])):
+            sr = incident_runtime(REGISTRY_NS)
+            sr["metadata"]["name"] = name
+            sr["spec"]["containers"][0]["image"] = image
+            stale.apply(sr)
+        stale.apply(deployment(REGISTRY_NS, "unpushed", images["gone"]))
+        wait_until("the ReplicaSet controller's Pod",
+                   lambda: len(stale.get("pods", namespace=REGISTRY_NS)["items"]) == 1)
+        yield {"allowlist": allowlist, "ca": certs / "ca.crt", "auth": reg.auth_file(work / "auth.json", {}),
+               "host": host}
+    stale.kubectl("delete", "namespace", REGISTRY_NS, "--wait=true", "--timeout=90s", timeout=120)
+    for arch in ("amd64", "arm64"):
+        stale.kubectl("delete", "node", f"e2e-{arch}")
+
+
+def registry_audit(kubeconfig: pathlib.Path, pushed: dict, *args: str) -> subprocess.CompletedProcess:
+    return against(kubeconfig, "audit", "--allowlist", str(pushed["allowlist"]), "--registry", "--registry-ca",
+                   str(pushed["ca"]), "--registry-auth", str(pushed["auth"]), *args)
+
+
+def test_audit_registry_names_what_will_not_start_on_the_nodes_platforms(stale, pushed):
+    r = registry_audit(stale.kubeconfig, pushed, "-n", REGISTRY_NS, "-o", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    states = {(o["kind"], o["name"].split("-")[0] if o["kind"] in ("Pod", "ReplicaSet") else o["name"]):
+              o["images"][0]["registry"]["state"] for o in report["results"] if o["images"]}
+    assert states == {
+        ("ServingRuntime", "unpushed"): "missing", ("Deployment", "unpushed"): "missing",
+        ("ReplicaSet", "unpushed"): "missing", ("Pod", "unpushed"): "missing",
+        ("ServingRuntime", "multi"): "ok",
+        # The arm64 Node cannot run the amd64-only index.
+        ("ServingRuntime", "amd64-only"): "platform-missing"}, states
+    pod = next(o for o in report["results"] if o["kind"] == "Pod")
+    assert [o["kind"] for o in pod["owners"]] == ["ReplicaSet", "Deployment"], pod["owners"]
+    assert report["summary"]["registry"]["missing"] == 4
+    # In text: the Pod, named with what owns it, will not start.
+    r = registry_audit(stale.kubeconfig, pushed, "-n", REGISTRY_NS)
+    line = next(line for line in r.stdout.splitlines() if "/Pod/unpushed-" in line)
+    assert ("← Deployment unpushed" in line and f"missing: {pushed['host']}/models/gone@{NEVER_PUSHED}: "
+            f"{pushed['host']} does not have this manifest (MANIFEST_UNKNOWN): its Pods will not start") in line, line
+    # Named platforms replace the nodes': amd64 alone, the amd64 index is fine.
+    r = registry_audit(stale.kubeconfig, pushed, "-n", REGISTRY_NS, "--platform", "linux/amd64", "-o", "json")
+    report = json.loads(r.stdout)
+    by_name = {o["name"]: o["images"][0]["registry"]["state"] for o in report["results"]
+               if o["kind"] == "ServingRuntime"}
+    assert by_name["amd64-only"] == "ok", by_name
+
+
+def test_audit_registry_without_the_right_to_list_nodes_says_so(stale, auditor, pushed, tmp_path):
+    token = service_account_token(stale, MODELS, auditor, expires_in=600)
+    kc = kubeconfig_with(stale, tmp_path / "kc", token=token)
+    r = registry_audit(kc, pushed, "-n", MODELS, "--kinds", "Pod")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "listing nodes is forbidden" in r.stderr and "list nodes" in r.stderr and "--platform" in r.stderr, r.stderr
+    r = registry_audit(kc, pushed, "-n", MODELS, "--kinds", "Pod", "--platform", "linux/amd64")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
