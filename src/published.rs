@@ -55,6 +55,34 @@ impl State {
     }
 }
 
+/// How many of something are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub ok: usize,
+    pub missing: usize,
+    pub not_runnable: usize,
+    pub platform_missing: usize,
+    pub unverifiable: usize,
+}
+
+impl Counts {
+    pub fn add(&mut self, state: State) {
+        *match state {
+            State::Ok => &mut self.ok,
+            State::Missing => &mut self.missing,
+            State::NotRunnable => &mut self.not_runnable,
+            State::PlatformMissing => &mut self.platform_missing,
+            State::Unverifiable => &mut self.unverifiable,
+        } += 1;
+    }
+
+    /// Those whose Pods would not start.
+    pub fn failing(&self) -> usize {
+        self.missing + self.not_runnable + self.platform_missing
+    }
+}
+
 /// What a tag the allowlist names for a digest names now. A tag never
 /// changes its digest's [`State`]: it is a label, the digest is the pin.
 #[derive(

@@ -12,7 +12,7 @@ use crate::allowlist::Allowlist;
 use crate::judge::{ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects::Role;
 use crate::policy::{Finding, Mode, Reason, Verdict};
-use crate::published::{Published, State};
+use crate::published::{Counts, Published, State};
 use crate::reference;
 
 /// What is reported for an image (the JSON contract's `images[]`).
@@ -58,17 +58,6 @@ pub struct RegistryReport {
     pub state: State,
     pub detail: String,
     pub checked_at: String,
-}
-
-/// Verified images by state (`--registry`).
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistrySummary {
-    pub ok: usize,
-    pub missing: usize,
-    pub not_runnable: usize,
-    pub platform_missing: usize,
-    pub unverifiable: usize,
 }
 
 /// One source promoting a digest (the JSON contract's `promotions[]`).
@@ -160,7 +149,7 @@ pub struct Summary {
     pub skipped: usize,
     /// Set by `--registry`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub registry: Option<RegistrySummary>,
+    pub registry: Option<Counts>,
 }
 
 /// A file `check` found in a directory and did not judge: it holds no
@@ -341,13 +330,7 @@ impl Report {
         self.summary.objects += 1;
         if let Some(counts) = &mut self.summary.registry {
             for r in report.images.iter().filter_map(|i| i.registry.as_ref()) {
-                *match r.state {
-                    State::Ok => &mut counts.ok,
-                    State::Missing => &mut counts.missing,
-                    State::NotRunnable => &mut counts.not_runnable,
-                    State::PlatformMissing => &mut counts.platform_missing,
-                    State::Unverifiable => &mut counts.unverifiable,
-                } += 1;
+                counts.add(r.state);
             }
         }
         match self.keep {
@@ -523,7 +506,7 @@ pub fn exit_code(report: &Report) -> u8 {
 /// 2 when one could not be verified (as `allowlist verify`), else 0.
 pub fn registry_exit_code(report: &Report) -> u8 {
     match &report.summary.registry {
-        Some(r) if r.missing + r.not_runnable + r.platform_missing > 0 => 1,
+        Some(r) if r.failing() > 0 => 1,
         Some(r) if r.unverifiable > 0 => 2,
         _ => 0,
     }

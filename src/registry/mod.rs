@@ -82,12 +82,17 @@ fn run(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<render::Report, VerifyError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    runtime()?.block_on(run_in(list, subjects, settings, options, quiet))
+}
+
+/// The runtime a command's verification runs on: two workers are enough
+/// for requests that mostly wait.
+fn runtime() -> Result<tokio::runtime::Runtime, VerifyError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(VerifyError::Runtime)?;
-    runtime.block_on(run_in(list, subjects, settings, options, quiet))
+        .map_err(VerifyError::Runtime)
 }
 
 /// [`run`] on the caller's runtime.
@@ -169,12 +174,7 @@ pub fn verify_references(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<(crate::published::Published, Vec<String>), VerifyError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(VerifyError::Runtime)?;
-    runtime.block_on(verify_references_in(list, references, settings, options, quiet))
+    runtime()?.block_on(verify_references_in(list, references, settings, options, quiet))
 }
 
 /// [`verify_references`] on the caller's runtime.

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::verify::Verification;
-use crate::published::{State, TagState};
+use crate::published::{Counts, State, TagState};
 
 /// Everything verified, and what could not be started.
 #[derive(Debug, Serialize)]
@@ -23,11 +23,8 @@ pub struct Report {
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     pub digests: usize,
-    pub ok: usize,
-    pub missing: usize,
-    pub not_runnable: usize,
-    pub platform_missing: usize,
-    pub unverifiable: usize,
+    #[serde(flatten)]
+    pub states: Counts,
     pub tags_moved: usize,
     pub tags_missing: usize,
     pub tags_unverifiable: usize,
@@ -42,13 +39,7 @@ impl Report {
             ..Summary::default()
         };
         for v in &images {
-            *match v.state {
-                State::Ok => &mut s.ok,
-                State::Missing => &mut s.missing,
-                State::NotRunnable => &mut s.not_runnable,
-                State::PlatformMissing => &mut s.platform_missing,
-                State::Unverifiable => &mut s.unverifiable,
-            } += 1;
+            s.states.add(v.state);
             for t in &v.tags {
                 match t.state {
                     TagState::Ok => {}
@@ -71,7 +62,7 @@ impl Report {
     pub fn exit_code(&self) -> u8 {
         if self.images.iter().any(|v| v.state.fails()) {
             1
-        } else if self.summary.unverifiable > 0 {
+        } else if self.summary.states.unverifiable > 0 {
             2
         } else {
             0
@@ -131,11 +122,11 @@ impl Report {
             out,
             "verified {} promoted digest(s): {} ok, {} missing, {} not runnable, {} platform missing, {} unverifiable; tags: {} moved, {} missing, {} unverifiable ({} registry request(s))",
             s.digests,
-            s.ok,
-            s.missing,
-            s.not_runnable,
-            s.platform_missing,
-            s.unverifiable,
+            s.states.ok,
+            s.states.missing,
+            s.states.not_runnable,
+            s.states.platform_missing,
+            s.states.unverifiable,
             s.tags_moved,
             s.tags_missing,
             s.tags_unverifiable,
