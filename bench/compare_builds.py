@@ -3,6 +3,9 @@
 several digest-gate builds in one run, as bench/instructions.py counts them.
 
     python3 bench/compare_builds.py before=/path/to/old/digest-gate now=target/release/digest-gate
+    python3 bench/compare_builds.py off=target/release/digest-gate "on=target/release/digest-gate --verify-registry"
+
+A build is NAME=BINARY, optionally followed by flags for its `serve`.
 
 Each build serves the README's 2 KB ServingRuntime review, rewritten and
 allowed, N times over one keep-alive connection; a one-request run is
@@ -32,8 +35,9 @@ def setup() -> tuple[pathlib.Path, dict[str, bytes]]:
 
 def serve_argv(binary: str, certs: pathlib.Path, port: int) -> list[str]:
     """`serve` as every build is measured: the example allowlists, no
-    decision log."""
-    return [binary, "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
+    decision log. `binary` may carry flags of its own after a space."""
+    binary, *extra = binary.split()
+    return [binary, "serve", *extra, "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
             "--allowlist", str(load.ROOT / "examples" / "allowlist.yaml"),
             "--allowlist", str(load.ROOT / "bench" / "modelmesh-promoted.txt"),
             "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{load.free_port()}", "--log-level", "warn"]

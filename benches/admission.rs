@@ -191,7 +191,7 @@ fn bench_review_response(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(name, |b| {
             b.iter(|| {
-                admission::answer(Endpoint::Mutate, black_box(&body), &policy, &list)
+                admission::answer(Endpoint::Mutate, black_box(&body), &policy, &list, None)
                     .unwrap()
                     .body
                     .len()

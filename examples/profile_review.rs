@@ -43,7 +43,7 @@ fn main() {
     .unwrap();
     let mut bytes = 0;
     for _ in 0..n {
-        bytes += admission::answer(Endpoint::Mutate, &body, &policy, &list)
+        bytes += admission::answer(Endpoint::Mutate, &body, &policy, &list, None)
             .unwrap()
             .body
             .len();

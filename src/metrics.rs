@@ -14,6 +14,7 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::judge::{ImageVerdict, ObjectVerdict};
 use crate::policy::{Reason, Verdict};
+use crate::published::{Counts, State};
 
 /// Label values of the verdict and reason types: their derived names
 /// (`digest_not_promoted`), where prometheus-client's derive would write
@@ -28,7 +29,15 @@ macro_rules! label_values {
     )*};
 }
 
-label_values!(Verdict, Reason, ImageVerdict, ObjectVerdict, Eviction, Reloaded);
+label_values!(
+    Verdict,
+    Reason,
+    ImageVerdict,
+    ObjectVerdict,
+    Eviction,
+    Reloaded,
+    State
+);
 
 /// Labels of a judged admission request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,6 +127,8 @@ pub struct Metrics {
     pub reloads: ReloadMetrics,
     pub connections: ConnectionMetrics,
     pub audit: AuditMetrics,
+    /// Registered only with `--verify-registry` ([`Metrics::verifying`]).
+    pub verify: Option<VerifyMetrics>,
 }
 
 impl Default for Metrics {
@@ -142,7 +153,16 @@ impl Metrics {
             reloads,
             connections,
             audit,
+            verify: None,
         }
+    }
+
+    /// With `--verify-registry`: its metrics registered too (without it
+    /// they would only ever read zero).
+    pub fn verifying() -> Self {
+        let mut metrics = Self::new();
+        metrics.verify = Some(VerifyMetrics::register(&mut metrics.registry));
+        metrics
     }
 
     /// The OpenMetrics text exposition.
@@ -688,5 +708,47 @@ mod tests {
         assert_eq!(kind_label("ServingRuntime"), "ServingRuntime");
         assert_eq!(kind_label("x".repeat(1000).as_str()), "other");
         assert_eq!(operation_label("PATCH"), "other");
+    }
+}
+
+// === registry verification ===
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: State,
+}
+
+/// `--verify-registry`: the allowlist's promoted digests by what their
+/// registries said.
+#[derive(Clone)]
+pub struct VerifyMetrics {
+    promoted_images: Family<StateLabels, Gauge>,
+}
+
+impl VerifyMetrics {
+    fn register(r: &mut Registry) -> Self {
+        Self {
+            promoted_images: add(
+                r,
+                "promoted_images",
+                "The allowlist's promoted digests by what their registries said (--verify-registry); not yet verified ones are not counted",
+                Family::<StateLabels, Gauge>::default(),
+            ),
+        }
+    }
+
+    /// The counts of the last verification, every state set.
+    pub fn set(&self, counts: Counts) {
+        for (state, n) in [
+            (State::Ok, counts.ok),
+            (State::Missing, counts.missing),
+            (State::NotRunnable, counts.not_runnable),
+            (State::PlatformMissing, counts.platform_missing),
+            (State::Unverifiable, counts.unverifiable),
+        ] {
+            self.promoted_images
+                .get_or_create(&StateLabels { state })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 }

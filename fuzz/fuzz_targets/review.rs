@@ -14,7 +14,7 @@ use common::allowlist;
 fuzz_target!(|data: &[u8]| {
     let policy = Policy::default();
     for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
-        let Ok(answer) = admission::answer(endpoint, data, &policy, allowlist()) else { continue };
+        let Ok(answer) = admission::answer(endpoint, data, &policy, allowlist(), None) else { continue };
         let v: serde_json::Value = serde_json::from_slice(&answer.body).expect("answers are JSON");
         assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
         let Some(patch) = v["response"]["patch"].as_str() else { continue };
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         // a body it answered may still be one a strict parser refuses.
         let Ok(mut review) = serde_json::from_slice::<serde_json::Value>(data) else { continue };
         json_patch::patch(&mut review["request"]["object"], &ops).expect("the patch applies");
-        let again = admission::answer(endpoint, &serde_json::to_vec(&review).unwrap(), &policy, allowlist()).unwrap();
+        let again = admission::answer(endpoint, &serde_json::to_vec(&review).unwrap(), &policy, allowlist(), None).unwrap();
         let again: serde_json::Value = serde_json::from_slice(&again.body).unwrap();
         assert!(again["response"].get("patch").is_none(), "a patched object needs no second patch");
     }

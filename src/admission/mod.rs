@@ -19,6 +19,7 @@ use crate::allowlist::{self, Allowlist, Source};
 use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects;
 use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
+use crate::published::Published;
 use crate::text;
 
 /// The only AdmissionReview version digest-gate speaks.
@@ -214,9 +215,15 @@ pub fn answer(
     body: &[u8],
     policy: &Policy,
     allowlist: &Allowlist,
+    published: Option<&Published>,
 ) -> Result<Answer, BadReview> {
     let request: RequestIn = decode(body)?;
-    Ok(judge(endpoint, &request, policy, allowlist))
+    let rules = judge::Rules {
+        policy,
+        allowlist,
+        published,
+    };
+    Ok(judge(endpoint, &request, rules))
 }
 
 /// Decodes an `admission.k8s.io/v1` AdmissionReview's request.
@@ -340,7 +347,7 @@ impl Response {
     }
 }
 
-fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &Allowlist) -> Answer {
+fn judge(endpoint: Endpoint, request: &RequestIn, rules: judge::Rules<'_>) -> Answer {
     let object = request.object.as_ref().map(|o| &o.0);
     let response = match request.operation.as_str() {
         "CREATE" | "UPDATE" => match object {
@@ -362,15 +369,14 @@ fn judge(endpoint: Endpoint, request: &RequestIn, policy: &Policy, allowlist: &A
                     object: obj,
                     old,
                 };
-                let j = judge::judge_as(
-                    subject,
-                    judge::Rules {
-                        policy,
-                        allowlist,
-                        published: None,
-                    },
-                );
-                respond(endpoint, request, j, obj)
+                let j = judge::judge_as(subject, rules);
+                let unpullable = rules
+                    .published
+                    .map(|p| render::unpullable(&j, rules.allowlist, p))
+                    .unwrap_or_default();
+                let mut response = respond(endpoint, request, j, obj);
+                response.warnings.extend(unpullable);
+                response
             }
             Some(other) => Response::refuse(
                 400,
@@ -566,7 +572,7 @@ mod tests {
     }
 
     fn response(endpoint: Endpoint, body: &[u8], policy: &Policy) -> (Answer, Value) {
-        let a = answer(endpoint, body, policy, &allowlist()).unwrap();
+        let a = answer(endpoint, body, policy, &allowlist(), None).unwrap();
         let v: Value = serde_json::from_slice(&a.body).unwrap();
         assert_eq!(v["apiVersion"], API_VERSION);
         assert_eq!(v["kind"], "AdmissionReview");
@@ -783,7 +789,7 @@ mod tests {
     fn unusable_reviews_are_errors() {
         let p = Policy::default();
         let list = allowlist();
-        let bad = |body: &[u8]| answer(Endpoint::Mutate, body, &p, &list).unwrap_err();
+        let bad = |body: &[u8]| answer(Endpoint::Mutate, body, &p, &list, None).unwrap_err();
         assert!(matches!(bad(b"{"), BadReview::Decode(_)));
         assert!(matches!(bad(b"[]"), BadReview::Decode(_)));
         assert_eq!(
@@ -844,7 +850,7 @@ mod tests {
             }
             let body = serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request.clone()})).unwrap();
             let list = allowlist();
-            if let Ok(answer) = answer(Endpoint::Mutate, &body, &Policy::default(), &list) {
+            if let Ok(answer) = answer(Endpoint::Mutate, &body, &Policy::default(), &list, None) {
                 let v: Value = serde_json::from_slice(&answer.body).unwrap();
                 proptest::prop_assert_eq!(&v["apiVersion"], API_VERSION);
                 if let Some(p) = v["response"]["patch"].as_str() {
@@ -862,7 +868,7 @@ mod tests {
 
     fn answer_value(body: &[u8], list: &Allowlist) -> Value {
         serde_json::from_slice(
-            &answer(Endpoint::Mutate, body, &Policy::default(), list)
+            &answer(Endpoint::Mutate, body, &Policy::default(), list, None)
                 .unwrap()
                 .body,
         )

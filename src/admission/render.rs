@@ -9,9 +9,11 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use serde_json::{Map, Value};
 
+use crate::allowlist::Allowlist;
 use crate::judge::{ImageJudgement, Judgement};
 use crate::objects::Role;
 use crate::policy::{Finding, Mode, Trigger, Verdict};
+use crate::published::Published;
 use crate::reference::{self, short_digest};
 use crate::text::{self, Cut};
 
@@ -116,6 +118,27 @@ pub fn warnings(j: &Judgement) -> Vec<String> {
             } else {
                 warning(i, label)
             }
+        })
+        .collect()
+}
+
+/// A warning per allowed image whose reference the registries said cannot
+/// be pulled (`serve --verify-registry`): it is promoted, and admitted, but
+/// its Pods will not start.
+pub fn unpullable(j: &Judgement, allowlist: &Allowlist, published: &Published) -> Vec<String> {
+    j.images
+        .iter()
+        .filter(|i| i.decision.verdict == Verdict::Allow)
+        .filter_map(|i| {
+            let (repository, digest) = i.will_run(allowlist)?;
+            let known = published.get(&repository, &digest).filter(|k| k.state.fails())?;
+            Some(fit(format!(
+                "digest-gate: {}: {} is promoted, but {}: {}",
+                short_label(i),
+                short_digest(&digest),
+                known.state,
+                known.detail
+            )))
         })
         .collect()
 }

@@ -18,7 +18,7 @@ use crate::flags::parse_duration;
 
 /// How to reach registries: the options every registry-facing command
 /// shares.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct RegistryArgs {
     /// Registry credentials (containers-auth.json or .docker/config.json).
     /// Default: $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,

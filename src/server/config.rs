@@ -71,6 +71,8 @@ pub struct Config {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub audit: Background,
+    #[command(flatten)]
+    pub verify: super::verify::VerifyFlags,
 }
 
 /// What `serve` is started with besides its flags.

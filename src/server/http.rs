@@ -159,7 +159,16 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
         }
     };
     let allowlist = state.allowlist.load();
-    let answered = admission::answer(endpoint, &body, &state.policy, &allowlist);
+    // Loaded only with --verify-registry: without it a review costs what
+    // it did.
+    let published = state.published.as_ref().map(|p| p.load());
+    let answered = admission::answer(
+        endpoint,
+        &body,
+        &state.policy,
+        &allowlist,
+        published.as_deref().map(|p| &**p),
+    );
     answer(endpoint.as_str(), state, timer, answered)
 }
 

@@ -30,11 +30,13 @@ pub mod state;
 pub mod supply;
 mod tasks;
 pub mod tls;
+pub mod verify;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -51,6 +53,7 @@ use supply::{Sources, Supply, SupplyError};
 use tls::{CertStore, TlsError};
 
 use crate::metrics::{Metrics, ReloadMetrics, Reloaded};
+use crate::published::Published;
 
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -193,7 +196,11 @@ async fn wait_for_signal() {
 /// webhook that starts without its inputs would only deny everything.
 pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerError> {
     alloc::map_large_blocks();
-    let metrics = Metrics::new();
+    let metrics = if config.verify.verify_registry {
+        Metrics::verifying()
+    } else {
+        Metrics::new()
+    };
     let ready = Arc::new(Readiness::default());
     let (certificate, acceptor) = serving_key(&config, &inputs, &metrics.reloads)?;
     let installed = (!config.csvs.allowlist_csv.is_empty()).then(|| Arc::new(Installed::default()));
@@ -209,6 +216,11 @@ pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerErro
     state.max_body_bytes = config.max_body_bytes;
     state.request_timeout = config.request_timeout;
     state.installed = installed;
+    let published = config
+        .verify
+        .verify_registry
+        .then(|| Arc::new(ArcSwap::from_pointee(Published::default())));
+    state.published = published.clone();
     let state = Arc::new(state);
 
     let (webhook, webhook_addr) = bind(config.listen).await?;
@@ -217,6 +229,17 @@ pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerErro
 
     let stop = CancellationToken::new();
     let audit = spawn_background(&config, &state, &supply, &stop)?;
+    if let (Some(published), Some(metrics)) = (published, state.metrics.verify.clone()) {
+        let gauge: verify::Gauge = Arc::new(move |counts| metrics.set(counts));
+        verify::spawn(
+            config.verify.clone(),
+            supply.subscribe(),
+            published,
+            gauge,
+            stop.clone(),
+        )
+        .map_err(thread)?;
+    }
     Reloader::new(supply, certificate)
         .spawn(config.reload_interval, stop.clone())
         .map_err(thread)?;

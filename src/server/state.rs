@@ -11,6 +11,7 @@ use super::installed::Installed;
 use crate::allowlist::Allowlist;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
+use crate::published::Published;
 
 /// Whether the server takes new reviews. A [`State`] always holds an
 /// allowlist and is served only once its certificate is loaded; what makes
@@ -72,6 +73,9 @@ pub struct State {
     /// it without a lock.
     pub allowlist: Arc<ArcSwap<Allowlist>>,
     pub policy: Policy,
+    /// With `--verify-registry`: what the registries said of the promoted
+    /// digests, swapped whole by the background verification.
+    pub published: Option<Arc<ArcSwap<Published>>>,
     pub metrics: Metrics,
     pub ready: Arc<Readiness>,
     /// Largest review body accepted.
@@ -111,6 +115,7 @@ impl State {
         Self {
             allowlist,
             policy,
+            published: None,
             metrics,
             ready,
             max_body_bytes: 8 * 1024 * 1024,

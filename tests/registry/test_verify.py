@@ -495,3 +495,63 @@ def test_check_registry_with_refused_credentials_exits_2(world, tmp_path):
                            "--registry-ca", str(world.ca), "--registry-auth", str(world.auth)],
                           input=manifest.read_text(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def review(port: int, ca: pathlib.Path, image: str, endpoint: str = "/mutate") -> dict:
+    import http.client
+    import ssl
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "models"},
+           "spec": {"containers": [{"name": "server", "image": image}]}}
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "models",
+        "operation": "CREATE", "userInfo": {"username": "dev"}, "object": pod}}
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=str(ca)), timeout=10)
+    c.request("POST", endpoint, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    return json.loads(c.getresponse().read())["response"]
+
+
+def test_serve_verify_registry_denies_a_rewrite_to_a_missing_digest_and_keeps_knowing(world, tmp_path):
+    import time
+    import urllib.request
+
+    from registries import make_leaf
+    from support import serve
+
+    make_leaf(world.certs, "webhook")
+    with Registry(world.work, world.certs, "going-down") as reg:
+        reg.push(world.layout, "plain", "models/plain")
+        path = world.allowlist("serve-verify", [(f"{reg.host}/models/gone", NEVER_PUSHED, []),
+                                                (f"{reg.host}/models/plain", world.plain["digest"], [])])
+        args = ["--allowlist", str(path), "--verify-registry", "--registry-ca", str(world.ca),
+                "--registry-auth", str(auth_file(world.work / "anonymous.json", {}))]
+        wrong = f"{reg.host}/models/gone@sha256:{'8af20e48' * 8}"
+        with serve(world.certs / "webhook.crt", world.certs / "webhook.key", *args) as (port, admin):
+            # Until verified, the allowlist decides: a rewrite. Within
+            # seconds of start, the rewrite target is known missing: denied.
+            deadline = time.monotonic() + 15
+            while True:
+                answer = review(port, world.ca, wrong)
+                if not answer["allowed"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert answer["allowed"] is False, answer
+            message = answer["status"]["message"]
+            assert f"would be rewritten to '{reg.host}/models/gone@{NEVER_PUSHED}'" in message, message
+            assert "promoted by Allowlist serve-verify" in message and "(MANIFEST_UNKNOWN)" in message, message
+            # The promoted-but-missing digest as written is admitted, with a warning.
+            answer = review(port, world.ca, f"{reg.host}/models/gone@{NEVER_PUSHED}")
+            assert answer["allowed"] is True and "patch" not in answer, answer
+            assert any("is promoted, but missing" in w for w in answer.get("warnings", [])), answer
+            # A pullable one: no warning.
+            answer = review(port, world.ca, f"{reg.host}/models/plain@{world.plain['digest']}")
+            assert answer["allowed"] is True and not answer.get("warnings"), answer
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read().decode()
+            assert 'digest_gate_promoted_images{state="missing"} 1' in metrics, metrics
+            assert 'digest_gate_promoted_images{state="ok"} 1' in metrics
+            # The registry goes down: what was known stays known.
+            reg.proc.terminate()
+            reg.proc.wait(timeout=10)
+            answer = review(port, world.ca, wrong)
+            assert answer["allowed"] is False, answer
