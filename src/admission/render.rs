@@ -126,6 +126,9 @@ pub fn warnings(j: &Judgement) -> Vec<String> {
 /// be pulled (`serve --verify-registry`): it is promoted, and admitted, but
 /// its Pods will not start.
 pub fn unpullable(j: &Judgement, allowlist: &Allowlist, published: &Published) -> Vec<String> {
+    if published.is_empty() {
+        return Vec::new();
+    }
     j.images
         .iter()
         .filter(|i| i.decision.verdict == Verdict::Allow)

@@ -155,13 +155,18 @@ async fn round(
     );
 }
 
-/// What the request path reads: each promoted digest that is still in the
-/// allowlist, under its own repository and under every name a mirror rule
-/// gives it (a rewrite keeps the repository the workload wrote).
+/// What the request path reads: each promoted digest still in the
+/// allowlist that cannot be pulled — the only ones a review acts on, so a
+/// healthy allowlist publishes nothing and reviews cost what they did —
+/// under its own repository and under every name a mirror rule gives it (a
+/// rewrite keeps the repository the workload wrote).
 fn publish(list: &Allowlist, known: &HashMap<(String, String), Known>) -> Published {
     let mut out = Published::default();
     for s in verify::subjects(list) {
-        let Some(k) = known.get(&(s.repository.clone(), s.digest.clone())) else {
+        let Some(k) = known
+            .get(&(s.repository.clone(), s.digest.clone()))
+            .filter(|k| k.state.fails())
+        else {
             continue;
         };
         out.insert(&s.repository, &s.digest, k.clone());
