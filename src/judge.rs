@@ -13,7 +13,6 @@ use std::collections::HashSet;
 
 use json_patch::jsonptr::{Pointer, PointerBuf};
 use json_patch::{PatchOperation, ReplaceOperation};
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
@@ -22,54 +21,31 @@ use crate::policy::{Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason,
 use crate::published::Published;
 use crate::yaml::{self, Edit, Offsets};
 
-/// What happens to one image, as reports and the images metric name it:
-/// the admission [`Verdict`], with exemptions told apart from other allows.
-/// The payload (the target, the pattern, the reference to use) stays in the
-/// [`Decision`]. Its names are derived once, for reports, serde and metrics.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum ImageVerdict {
-    Allow,
-    Exempt,
-    Rewrite,
-    Deny,
+vocabulary! {
+    "lowercase";
+    /// What happens to one image, as reports and the images metric name it:
+    /// the admission [`Verdict`], with exemptions told apart from other allows.
+    /// The payload (the target, the pattern, the reference to use) stays in the
+    /// [`Decision`]. Its names are derived once, for reports, serde and metrics.
+    pub enum ImageVerdict {
+        Allow,
+        Exempt,
+        Rewrite,
+        Deny,
+    }
 }
 
-/// What happens to a whole object.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum ObjectVerdict {
-    /// A kind digest-gate does not read images of.
-    Skipped,
-    Allow,
-    Rewrite,
-    Deny,
+vocabulary! {
+    "lowercase";
+    /// What happens to a whole object.
+    #[derive(PartialOrd, Ord)]
+    pub enum ObjectVerdict {
+        /// A kind digest-gate does not read images of.
+        Skipped,
+        Allow,
+        Rewrite,
+        Deny,
+    }
 }
 
 impl ObjectVerdict {

@@ -16,6 +16,32 @@
 //! 4. [`admission`] renders that [`judge::Judgement`] (warnings, patch, record) and encodes the answer;
 //! 5. [`server`] sends it, then counts it ([`metrics`]) and logs the decision.
 
+/// A closed vocabulary: an enum whose variants each have one string form,
+/// derived once for serde, strum (`Display`, `&'static str`, `VARIANTS`)
+/// and so for metric labels, SARIF rule ids and report fields. `$case` is
+/// the form (`"lowercase"`, `"snake_case"`, `"kebab-case"`); an enum's own
+/// `#[derive]`s (an order, parsing) go on it as usual.
+macro_rules! vocabulary {
+    ($case:literal; $(#[$meta:meta])* $vis:vis enum $name:ident { $($body:tt)* }) => {
+        $(#[$meta])*
+        #[derive(
+            Debug,
+            Clone,
+            Copy,
+            PartialEq,
+            Eq,
+            Hash,
+            serde::Serialize,
+            strum::IntoStaticStr,
+            strum::Display,
+            strum::VariantArray,
+        )]
+        #[serde(rename_all = $case)]
+        #[strum(serialize_all = $case)]
+        $vis enum $name { $($body)* }
+    };
+}
+
 pub mod admission;
 pub mod allowlist;
 pub mod audit;

@@ -41,29 +41,17 @@ pub enum Unlisted {
     Allow,
 }
 
-/// What admission does with an image; the order is severity. Its names
-/// (`allow`, `rewrite`, `deny`) are derived once, for reports, serde and
-/// metrics alike.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-pub enum Verdict {
-    Allow,
-    Rewrite,
-    Deny,
+vocabulary! {
+    "lowercase";
+    /// What admission does with an image; the order is severity. Its names
+    /// (`allow`, `rewrite`, `deny`) are derived once, for reports, serde and
+    /// metrics alike.
+    #[derive(PartialOrd, Ord)]
+    pub enum Verdict {
+        Allow,
+        Rewrite,
+        Deny,
+    }
 }
 
 impl Verdict {
@@ -73,40 +61,29 @@ impl Verdict {
     }
 }
 
-/// Why an image got its outcome, as a stable code: the `reason` metrics
-/// label and what machine-readable reports carry. A closed set, so a forged
-/// review cannot grow the label space.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    serde::Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "snake_case")]
-pub enum Reason {
-    Promoted,
-    PromotedPlatform,
-    Exempt,
-    UnlistedAllowed,
-    TagOnly,
-    DigestNotPromoted,
-    Malformed,
-    Invalid,
-    Placeholder,
-    ShortName,
-    Unlisted,
-    UnknownTag,
-    NoTagOrDigest,
-    CannotRewrite,
-    // Last, so that SARIF's rule indexes of the others stay as they were.
-    PromotedUnpullable,
+vocabulary! {
+    "snake_case";
+    /// Why an image got its outcome, as a stable code: the `reason` metrics
+    /// label and what machine-readable reports carry. A closed set, so a forged
+    /// review cannot grow the label space.
+    pub enum Reason {
+        Promoted,
+        PromotedPlatform,
+        Exempt,
+        UnlistedAllowed,
+        TagOnly,
+        DigestNotPromoted,
+        Malformed,
+        Invalid,
+        Placeholder,
+        ShortName,
+        Unlisted,
+        UnknownTag,
+        NoTagOrDigest,
+        CannotRewrite,
+        // Last, so that SARIF's rule indexes of the others stay as they were.
+        PromotedUnpullable,
+    }
 }
 
 impl Reason {

@@ -11,41 +11,28 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-/// What a registry said about one promoted (repository, digest), worst
-/// last: when several things are wrong, the greatest names it.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::EnumString,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum State {
-    /// Present, runnable, and there for every platform asked for.
-    Ok,
-    /// Not checked to the end: refused credentials, an unknown repository
-    /// (which Docker Hub and Quay answer exactly as a private one), network
-    /// errors, rate limits after retries. Never counted as missing.
-    Unverifiable,
-    /// Runnable, but not for every platform asked for (or a blob of that
-    /// platform's image is not there: a sparse mirror).
-    PlatformMissing,
-    /// Present, but not an image: a signature, an attestation, another
-    /// artifact, or an index of none.
-    NotRunnable,
-    /// The registry said, to a request it authorised, that it does not
-    /// have this manifest (`MANIFEST_UNKNOWN`).
-    Missing,
+vocabulary! {
+    "kebab-case";
+    /// What a registry said about one promoted (repository, digest), worst
+    /// last: when several things are wrong, the greatest names it.
+    #[derive(PartialOrd, Ord, strum::EnumString)]
+    pub enum State {
+        /// Present, runnable, and there for every platform asked for.
+        Ok,
+        /// Not checked to the end: refused credentials, an unknown repository
+        /// (which Docker Hub and Quay answer exactly as a private one), network
+        /// errors, rate limits after retries. Never counted as missing.
+        Unverifiable,
+        /// Runnable, but not for every platform asked for (or a blob of that
+        /// platform's image is not there: a sparse mirror).
+        PlatformMissing,
+        /// Present, but not an image: a signature, an attestation, another
+        /// artifact, or an index of none.
+        NotRunnable,
+        /// The registry said, to a request it authorised, that it does not
+        /// have this manifest (`MANIFEST_UNKNOWN`).
+        Missing,
+    }
 }
 
 impl State {
@@ -83,31 +70,20 @@ impl Counts {
     }
 }
 
-/// What a tag the allowlist names for a digest names now. A tag never
-/// changes its digest's [`State`]: it is a label, the digest is the pin.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "kebab-case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum TagState {
-    /// Names the promoted digest.
-    Ok,
-    /// Names another digest now.
-    Moved,
-    /// Not in the repository.
-    Missing,
-    /// Could not be asked.
-    Unverifiable,
+vocabulary! {
+    "kebab-case";
+    /// What a tag the allowlist names for a digest names now. A tag never
+    /// changes its digest's [`State`]: it is a label, the digest is the pin.
+    pub enum TagState {
+        /// Names the promoted digest.
+        Ok,
+        /// Names another digest now.
+        Moved,
+        /// Not in the repository.
+        Missing,
+        /// Could not be asked.
+        Unverifiable,
+    }
 }
 
 /// A node platform, `os/architecture[/variant]`, as an image index names

@@ -190,28 +190,17 @@ fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
         .collect()
 }
 
-/// A policy report result's `result`: the wgpolicyk8s.io vocabulary.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::VariantArray,
-)]
-#[serde(rename_all = "lowercase")]
-#[strum(serialize_all = "lowercase")]
-enum PolicyResult {
-    Pass,
-    Fail,
-    Warn,
-    Error,
-    Skip,
+vocabulary! {
+    "lowercase";
+    /// A policy report result's `result`: the wgpolicyk8s.io vocabulary.
+    #[derive(PartialOrd, Ord, strum::EnumString)]
+    enum PolicyResult {
+        Pass,
+        Fail,
+        Warn,
+        Error,
+        Skip,
+    }
 }
 
 impl PolicyResult {
