@@ -185,15 +185,17 @@ pub struct Checked {
     /// Whether a Kubernetes object, or a `kind: List` (even empty), was
     /// found: a run that found none checked nothing and says so.
     pub found_objects: bool,
-    /// Every distinct reference a workload will run (canonical repository,
-    /// digest): what `--registry` verifies.
+    /// With `learn`: every distinct reference a workload will run
+    /// (canonical repository, digest), what `--registry` verifies.
     pub will_run: std::collections::BTreeSet<(String, String)>,
 }
 
 /// Checks `sources` one at a time, each document judged and dropped before
 /// the next is read; with `fix`, also rewrites them. The report keeps
 /// `keep` of each object.
-pub fn check(sources: &[Manifest], rules: judge::Rules<'_>, fix: bool, keep: Keep) -> Checked {
+/// With `learn`, it also collects what each workload will run
+/// ([`Checked::will_run`]); otherwise no image is looked at twice.
+pub fn check(sources: &[Manifest], rules: judge::Rules<'_>, fix: bool, keep: Keep, learn: bool) -> Checked {
     let mut outcome = Checked {
         report: Report::keeping(keep),
         ..Checked::default()
@@ -205,7 +207,7 @@ pub fn check(sources: &[Manifest], rules: judge::Rules<'_>, fix: bool, keep: Kee
         match source.read() {
             Ok(input) => {
                 outcome.read += 1;
-                FileCheck::new(&input, rules, fix).run(&mut outcome);
+                FileCheck::new(&input, rules, fix, learn).run(&mut outcome);
             }
             Err(e) => outcome.report.errors.push(e),
         }
@@ -311,6 +313,7 @@ struct FileCheck<'a> {
     input: &'a Input,
     rules: judge::Rules<'a>,
     fix: bool,
+    learn: bool,
     offsets: Offsets,
     fixing: Fixing,
     /// Documents that are not Kubernetes objects: errors in a file named
@@ -321,11 +324,12 @@ struct FileCheck<'a> {
 }
 
 impl<'a> FileCheck<'a> {
-    fn new(input: &'a Input, rules: judge::Rules<'a>, fix: bool) -> Self {
+    fn new(input: &'a Input, rules: judge::Rules<'a>, fix: bool, learn: bool) -> Self {
         Self {
             input,
             rules,
             fix,
+            learn,
             offsets: Offsets::new(&input.text),
             fixing: Fixing::default(),
             others: Vec::new(),
@@ -411,9 +415,11 @@ impl<'a> FileCheck<'a> {
         for f in found {
             let j = judge::judge_as(judge::Subject::of(f.object, None), self.rules);
             let allowlist = self.rules.allowlist;
-            outcome
-                .will_run
-                .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+            if self.learn {
+                outcome
+                    .will_run
+                    .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+            }
             let mut object = report(self.input, doc, &f, &j, allowlist);
             if let Some(published) = self.rules.published {
                 object = object.with_registry(&j, allowlist, published);
@@ -721,6 +727,7 @@ mod tests {
             },
             fix,
             Keep::Objects,
+            false,
         )
     }
 

@@ -217,36 +217,12 @@ pub struct VerifyRegistryArgs {
 }
 
 impl VerifyRegistryArgs {
-    /// What the registries say of `references`, when --registry is given;
-    /// `Err` is the exit code.
-    fn published(
+    /// What the registries say of `references`, when --registry is given.
+    /// The platforms are the named ones, else (for `audit`, given its
+    /// connection) the nodes'. The progress bar shows on a terminal.
+    async fn published(
         &self,
-        list: &allowlist::Allowlist,
-        references: &std::collections::BTreeSet<(String, String)>,
-    ) -> Result<Option<Published>, u8> {
-        if !self.enabled {
-            return Ok(None);
-        }
-        let settings = self.registry.settings().map_err(|e| {
-            eprintln!("error: {e}");
-            2u8
-        })?;
-        let options = Self::options(self.platforms.clone());
-        let quiet = !std::io::IsTerminal::is_terminal(&std::io::stderr());
-        match registry::verify_references(list, references, settings, &options, quiet) {
-            Ok((published, warnings)) => Ok(Some(warned(published, warnings))),
-            Err(e) => {
-                eprintln!("error: {e}");
-                Err(2)
-            }
-        }
-    }
-
-    /// [`Self::published`] for `audit`: on its runtime, and the platforms
-    /// read from the nodes when none are named.
-    async fn published_in_cluster(
-        &self,
-        connection: &audit::Connection,
+        nodes: Option<&audit::Connection>,
         list: &allowlist::Allowlist,
         references: &std::collections::BTreeSet<(String, String)>,
     ) -> Result<Option<Published>, String> {
@@ -254,36 +230,25 @@ impl VerifyRegistryArgs {
             return Ok(None);
         }
         let settings = self.registry.settings().map_err(|e| e.to_string())?;
-        let platforms = match self.platforms.is_empty() {
-            true => audit::nodes::platforms(connection)
+        let platforms = match (self.platforms.is_empty(), nodes) {
+            (true, Some(connection)) => audit::nodes::platforms(connection)
                 .await
                 .map_err(|e| e.to_string())?,
-            false => self.platforms.clone(),
+            _ => self.platforms.clone(),
         };
-        let options = Self::options(platforms);
-        let quiet = !std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let (published, warnings) =
-            registry::verify_references_in(list, references, settings, &options, quiet)
-                .await
-                .map_err(|e| e.to_string())?;
-        Ok(Some(warned(published, warnings)))
-    }
-
-    fn options(platforms: Vec<Platform>) -> verify::Options {
-        verify::Options {
+        let options = verify::Options {
             platforms,
             mirrors_only: false,
             blobs: verify::Blobs::Config,
+        };
+        let (published, warnings) = registry::verify_references(list, references, settings, &options, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        for w in warnings {
+            eprintln!("warning: {w}");
         }
+        Ok(Some(published))
     }
-}
-
-/// `published`, its warnings printed.
-fn warned(published: Published, warnings: Vec<String>) -> Published {
-    for w in warnings {
-        eprintln!("warning: {w}");
-    }
-    published
 }
 
 /// How `audit` and `cleanup` reach the cluster: the cluster flags
@@ -645,37 +610,18 @@ fn run_check(args: &CheckArgs) -> u8 {
         eprintln!("error: --in-place cannot write back to standard input");
         return 2;
     }
-    let (mut sources, mut problems) = check::sources(&names);
+    let (sources, mut problems) = check::sources(&names);
     let keep = match args.output {
         Output::Text => report::Keep::TextLines { fixed: args.fix },
         Output::Json | Output::Sarif => report::Keep::Objects,
     };
-    let policy = args.policy.policy();
-    let mut rules = judge::Rules {
-        policy: &policy,
-        allowlist: &loaded.allowlist,
-        published: None,
+    let mut outcome = match checked(args, sources, &loaded.allowlist, keep) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
     };
-    if args.verify.enabled {
-        // Judged twice: once to learn what will run, then knowing what the
-        // registries said of it.
-        sources = match sources.into_iter().map(check::Manifest::buffered).collect() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return 2;
-            }
-        };
-    }
-    let mut outcome = check::check(&sources, rules, args.fix, keep);
-    let published = match args.verify.published(&loaded.allowlist, &outcome.will_run) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    if let Some(published) = &published {
-        rules.published = Some(published);
-        outcome = check::check(&sources, rules, args.fix, keep);
-    }
     problems.append(&mut outcome.report.errors);
     outcome.report.errors = problems;
     // Skipped files are told on stderr whatever the format, so they never
@@ -781,6 +727,37 @@ fn run_audit(args: &AuditArgs) -> u8 {
     report::exit_code(&found.report)
 }
 
+/// The check's findings; with --registry, judged again knowing what the
+/// registries said of what the first pass found will run (standard input
+/// is then read once and kept for the second pass).
+fn checked(
+    args: &CheckArgs,
+    sources: Vec<check::Manifest>,
+    allowlist: &allowlist::Allowlist,
+    keep: report::Keep,
+) -> Result<check::Checked, String> {
+    let policy = args.policy.policy();
+    let mut rules = judge::Rules {
+        policy: &policy,
+        allowlist,
+        published: None,
+    };
+    if !args.verify.enabled {
+        return Ok(check::check(&sources, rules, args.fix, keep, false));
+    }
+    let sources = sources
+        .into_iter()
+        .map(check::Manifest::buffered)
+        .collect::<Result<Vec<_>, _>>()?;
+    let found = check::check(&sources, rules, args.fix, keep, true);
+    let learned = registry::block_on(args.verify.published(None, allowlist, &found.will_run));
+    let Some(published) = learned.map_err(|e| e.to_string())?? else {
+        return Ok(found);
+    };
+    rules.published = Some(&published);
+    Ok(check::check(&sources, rules, args.fix, keep, false))
+}
+
 /// The audit's findings; with --registry, judged again knowing what the
 /// registries said of what the first pass found will run.
 async fn judged(
@@ -795,18 +772,18 @@ async fn judged(
         allowlist,
         published: None,
     };
-    let found = audit::run(connection, target, rules)
+    let found = audit::run(connection, target, rules, args.verify.enabled)
         .await
         .map_err(|e| e.to_string())?;
     let Some(published) = args
         .verify
-        .published_in_cluster(connection, allowlist, &found.will_run)
+        .published(Some(connection), allowlist, &found.will_run)
         .await?
     else {
         return Ok(found);
     };
     rules.published = Some(&published);
-    audit::run(connection, target, rules)
+    audit::run(connection, target, rules, false)
         .await
         .map_err(|e| e.to_string())
 }

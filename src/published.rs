@@ -164,25 +164,21 @@ pub struct Known {
 /// digest: what `check --registry` verified, for the judge to read.
 #[derive(Debug, Clone, Default)]
 pub struct Published {
-    known: HashMap<String, Known>,
+    /// By repository, then digest: a lookup borrows, never builds a key.
+    known: HashMap<String, HashMap<String, Known>>,
 }
 
 impl Published {
     pub fn insert(&mut self, repository: &str, digest: &str, known: Known) {
-        self.known.insert(format!("{repository}@{digest}"), known);
+        self.known
+            .entry(repository.to_owned())
+            .or_default()
+            .insert(digest.to_owned(), known);
     }
 
-    /// What is known of `repository@digest`. Asked only on the way to a
-    /// rewrite, never for a promoted image as written.
+    /// What is known of `repository@digest`.
     pub fn get(&self, repository: &str, digest: &str) -> Option<&Known> {
-        if self.known.is_empty() {
-            return None;
-        }
-        self.known.get(&format!("{repository}@{digest}"))
-    }
-
-    pub fn len(&self) -> usize {
-        self.known.len()
+        self.known.get(repository)?.get(digest)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -204,9 +204,14 @@ fn everything() -> Target {
 async fn discovery_paging_and_a_forbidden_kind() {
     let (apiserver, connection) = Apiserver::connect(cluster);
     let allowlist = incident_allowlist();
-    let found = audit::run(&connection, &everything(), rules(&Policy::default(), &allowlist))
-        .await
-        .unwrap();
+    let found = audit::run(
+        &connection,
+        &everything(),
+        rules(&Policy::default(), &allowlist),
+        false,
+    )
+    .await
+    .unwrap();
 
     // Both pages of Pods were asked for, the second with the token.
     let pods: Vec<String> = apiserver
@@ -296,9 +301,14 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
     // The findings come from the first test's cluster.
     let (_, reading) = Apiserver::connect(cluster);
     let allowlist = incident_allowlist();
-    let mut found = audit::run(&reading, &everything(), rules(&Policy::default(), &allowlist))
-        .await
-        .unwrap();
+    let mut found = audit::run(
+        &reading,
+        &everything(),
+        rules(&Policy::default(), &allowlist),
+        false,
+    )
+    .await
+    .unwrap();
     // A report speaks for a namespace only from a complete read.
     found.report.errors.clear();
     found.covered = Covered {

@@ -70,8 +70,8 @@ pub struct Audit {
     pub covered: Covered,
     /// Namespaces read that carry the break-glass label, with its value.
     pub break_glass: BTreeMap<String, String>,
-    /// Every distinct reference a workload will run (canonical repository,
-    /// digest): what `--registry` verifies.
+    /// With `learn`: every distinct reference a workload will run
+    /// (canonical repository, digest), what `--registry` verifies.
     pub will_run: BTreeSet<(String, String)>,
 }
 
@@ -119,10 +119,13 @@ fn page_size(kind: &Kind) -> u32 {
 /// Reads and judges `target` through `connection`. `Err` is a failure that
 /// stops the run (unreachable server, refused credentials); anything that
 /// could not be read but did not stop it is in the report's errors.
+/// With `learn`, it also collects what each workload will run
+/// ([`Audit::will_run`]).
 pub async fn run(
     connection: &Connection,
     target: &Target,
     rules: judge::Rules<'_>,
+    learn: bool,
 ) -> Result<Audit, AuditError> {
     let source = format!("cluster:{}", connection.context);
     let mut audit = Audit::default();
@@ -170,9 +173,11 @@ pub async fn run(
                 let j = judge::judge_as(subject, rules);
                 controllers.push(owners::controller_uid(&object));
                 let allowlist = rules.allowlist;
-                audit
-                    .will_run
-                    .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+                if learn {
+                    audit
+                        .will_run
+                        .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+                }
                 let mut report = ObjectReport::new(source.clone(), &object, &j, allowlist, |_| None);
                 if let Some(published) = rules.published {
                     report = report.with_registry(&j, allowlist, published);

@@ -216,15 +216,10 @@ impl Registries {
     pub async fn blob_exists(&self, repository: &str, digest: &str) -> Answer<()> {
         let reference = reference(repository, None, None);
         let answer = self
-            .ask(repository, |client, auth| {
+            .ask(repository, |client, _| {
                 let reference = reference.clone();
                 let digest = digest.to_owned();
-                async move {
-                    client
-                        .store_auth_if_needed(reference.resolve_registry(), &auth)
-                        .await;
-                    client.blob_exists(&reference, &digest).await
-                }
+                async move { client.blob_exists(&reference, &digest).await }
             })
             .await;
         match answer {
@@ -239,13 +234,10 @@ impl Registries {
     /// checked against its digest (by the client).
     pub async fn blob(&self, repository: &str, digest: &str) -> Answer<Vec<u8>> {
         let reference = reference(repository, None, None);
-        self.ask(repository, |client, auth| {
+        self.ask(repository, |client, _| {
             let reference = reference.clone();
             let digest = digest.to_owned();
             async move {
-                client
-                    .store_auth_if_needed(reference.resolve_registry(), &auth)
-                    .await;
                 let mut out = Vec::new();
                 client
                     .pull_blob(&reference, digest.as_str(), &mut out)
@@ -266,6 +258,12 @@ impl Registries {
             Ok(c) => c,
             Err(why) => return Answer::Unverifiable(why),
         };
+        // The client's blob calls take no credential: they use the one it
+        // stored for the registry, which the manifest calls store too.
+        let registry = reference(repository, None, None);
+        client
+            .store_auth_if_needed(registry.resolve_registry(), &auth)
+            .await;
         let host = repository.split('/').next().unwrap_or(repository);
         let limit = self.host_limit(host);
         let mut retries = self.settings.backoff.iter();

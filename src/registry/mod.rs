@@ -72,31 +72,22 @@ pub fn verify_allowlist(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<render::Report, VerifyError> {
-    run(list, verify::subjects(list), settings, options, quiet)
+    block_on(run(list, verify::subjects(list), settings, options, quiet))?
 }
 
-fn run(
-    list: &crate::allowlist::Allowlist,
-    subjects: Vec<verify::Subject>,
-    settings: client::Settings,
-    options: &verify::Options,
-    quiet: bool,
-) -> Result<render::Report, VerifyError> {
-    runtime()?.block_on(run_in(list, subjects, settings, options, quiet))
-}
-
-/// The runtime a command's verification runs on: two workers are enough
-/// for requests that mostly wait.
-fn runtime() -> Result<tokio::runtime::Runtime, VerifyError> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Runs a command's verification on a runtime of its own: two workers are
+/// enough for requests that mostly wait.
+pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, VerifyError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(VerifyError::Runtime)
+        .map_err(VerifyError::Runtime)?;
+    Ok(runtime.block_on(future))
 }
 
-/// [`run`] on the caller's runtime.
-async fn run_in(
+/// Verifies `subjects`, with a progress bar on a terminal unless `quiet`.
+async fn run(
     list: &crate::allowlist::Allowlist,
     subjects: Vec<verify::Subject>,
     settings: client::Settings,
@@ -167,18 +158,7 @@ pub fn with_platforms(
 /// Verifies the references workloads will run (`check --registry`, `audit
 /// --registry`): each distinct (canonical repository, digest) once, where a
 /// node pulls it, and returns what the registries said of each.
-pub fn verify_references(
-    list: &crate::allowlist::Allowlist,
-    references: &std::collections::BTreeSet<(String, String)>,
-    settings: client::Settings,
-    options: &verify::Options,
-    quiet: bool,
-) -> Result<(crate::published::Published, Vec<String>), VerifyError> {
-    runtime()?.block_on(verify_references_in(list, references, settings, options, quiet))
-}
-
-/// [`verify_references`] on the caller's runtime.
-pub async fn verify_references_in(
+pub async fn verify_references(
     list: &crate::allowlist::Allowlist,
     references: &std::collections::BTreeSet<(String, String)>,
     settings: client::Settings,
@@ -194,7 +174,7 @@ pub async fn verify_references_in(
             promotions: verify::promotions_of(list, repository, digest),
         })
         .collect();
-    let report = run_in(list, subjects, settings, options, quiet).await?;
+    let report = run(list, subjects, settings, options, quiet).await?;
     let mut published = crate::published::Published::default();
     for v in &report.images {
         let known = crate::published::Known {

@@ -237,7 +237,7 @@ impl Auditor<'_> {
             allowlist,
             published: None,
         };
-        let result = match audit::run(self.connection, &target, rules).await {
+        let result = match audit::run(self.connection, &target, rules, false).await {
             Ok(mut found) => audit::write(self.connection, &mut found, &self.writes)
                 .await
                 .map(|()| found),

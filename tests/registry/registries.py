@@ -20,9 +20,13 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import tarfile
 import time
 import urllib.request
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from support import free_port  # noqa: E402 (needs the path above)
 
 CACHE = pathlib.Path(os.environ.get("DIGEST_GATE_REGISTRY_CACHE", pathlib.Path.home() / ".cache" / "digest-gate-registry"))
 
@@ -40,12 +44,6 @@ def docker_registry() -> str:
 
 def skopeo() -> str:
     return tool("DIGEST_GATE_SKOPEO", CACHE / "skopeo-not-cached", "skopeo")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- certificates ---------------------------------------------------------

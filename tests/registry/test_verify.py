@@ -293,27 +293,30 @@ def test_rate_limits_are_retried_with_backoff_then_unverifiable(world):
         assert limiter.refused == 4
 
 
-def serve_review(world: World, allowlist: pathlib.Path, image: str) -> dict:
-    """`digest-gate serve --allowlist ALLOWLIST` on loopback, one /validate
-    review of a Pod running `image`: the AdmissionReview response."""
+def review(port: int, ca: pathlib.Path, image: str, endpoint: str = "/mutate") -> dict:
     import http.client
     import ssl
 
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "models"},
+           "spec": {"containers": [{"name": "server", "image": image}]}}
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "models",
+        "operation": "CREATE", "userInfo": {"username": "dev"}, "object": pod}}
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=str(ca)), timeout=10)
+    c.request("POST", endpoint, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    return json.loads(c.getresponse().read())["response"]
+
+
+def serve_review(world: World, allowlist: pathlib.Path, image: str) -> dict:
+    """`digest-gate serve --allowlist ALLOWLIST` on loopback, one /validate
+    review of a Pod running `image`: the AdmissionReview response."""
     from registries import make_leaf
     from support import serve
 
     make_leaf(world.certs, "webhook")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "models"},
-           "spec": {"containers": [{"name": "server", "image": image}]}}
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "models",
-        "operation": "CREATE", "userInfo": {"username": "dev"}, "object": pod}}
     with serve(world.certs / "webhook.crt", world.certs / "webhook.key", "--allowlist", str(allowlist)) as (port, _):
-        context = ssl.create_default_context(cafile=str(world.ca))
-        c = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
-        c.request("POST", "/validate", body=json.dumps(review), headers={"Content-Type": "application/json"})
-        return json.loads(c.getresponse().read())["response"]
+        return review(port, world.ca, image, "/validate")
 
 
 def test_written_platforms_promote_each_image_of_an_index_for_its_platform(world, tmp_path):
@@ -495,21 +498,6 @@ def test_check_registry_with_refused_credentials_exits_2(world, tmp_path):
                            "--registry-ca", str(world.ca), "--registry-auth", str(world.auth)],
                           input=manifest.read_text(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def review(port: int, ca: pathlib.Path, image: str, endpoint: str = "/mutate") -> dict:
-    import http.client
-    import ssl
-
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "models"},
-           "spec": {"containers": [{"name": "server", "image": image}]}}
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "models",
-        "operation": "CREATE", "userInfo": {"username": "dev"}, "object": pod}}
-    c = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=str(ca)), timeout=10)
-    c.request("POST", endpoint, body=json.dumps(body), headers={"Content-Type": "application/json"})
-    return json.loads(c.getresponse().read())["response"]
 
 
 def test_serve_verify_registry_denies_a_rewrite_to_a_missing_digest_and_keeps_knowing(world, tmp_path):
