@@ -86,6 +86,35 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    "snake_case";
+    /// Why a registry could not be asked to the end: what made a digest
+    /// [`State::Unverifiable`], by kind, for the `reason` label of
+    /// `digest_gate_registry_verification_errors_total`.
+    pub enum Trouble {
+        /// No credentials for it, or credentials it refused (401,
+        /// `UNAUTHORIZED`, a token service's refusal).
+        Credentials,
+        /// Credentials it took but that may not read the repository
+        /// (`DENIED`), or a repository it does not show (`NAME_UNKNOWN`).
+        Denied,
+        /// A certificate not trusted, or no TLS at all.
+        Tls,
+        /// No connection, or no answer in time, after the retries.
+        Unreachable,
+        /// Still rate limiting after the retries.
+        RateLimited,
+        /// Still failing (5xx) after the retries.
+        ServerError,
+        /// Bytes that do not hash to the digest asked for.
+        DigestMismatch,
+        /// Any other answer.
+        UnexpectedAnswer,
+        /// The credentials file or a CA file could not be used.
+        Setup,
+    }
+}
+
 /// A node platform, `os/architecture[/variant]`, as an image index names
 /// its children and as `kubernetes.io/os` and `kubernetes.io/arch` label
 /// nodes.

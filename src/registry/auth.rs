@@ -85,8 +85,17 @@ impl AuthFile {
     /// first of podman's places that exists, used whole. `None` when there
     /// is none: every registry is asked anonymously.
     pub fn discover(explicit: Option<&Path>) -> Result<Self, AuthError> {
+        match Self::locate(explicit) {
+            Some(path) => Self::read(&path),
+            None => Ok(Self::default()),
+        }
+    }
+
+    /// Where [`AuthFile::discover`] reads: `explicit`, else the first of
+    /// podman's places that exists.
+    pub fn locate(explicit: Option<&Path>) -> Option<PathBuf> {
         if let Some(path) = explicit {
-            return Self::read(path);
+            return Some(path.to_owned());
         }
         let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
         let home = env("HOME");
@@ -96,10 +105,7 @@ impl AuthFile {
             home.as_ref().map(|h| h.join(".config/containers/auth.json")),
             home.as_ref().map(|h| h.join(".docker/config.json")),
         ];
-        match candidates.into_iter().flatten().find(|p| p.exists()) {
-            Some(path) => Self::read(&path),
-            None => Ok(Self::default()),
-        }
+        candidates.into_iter().flatten().find(|p| p.exists())
     }
 
     /// Reads one credentials file.

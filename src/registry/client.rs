@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 
 use super::auth::{AuthError, AuthFile};
 use super::manifest::ACCEPTED;
+use crate::published::Trouble;
 
 /// How to reach registries.
 #[derive(Debug, Clone)]
@@ -95,6 +96,7 @@ pub struct Registries {
     all: Semaphore,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     requests: AtomicU64,
+    troubles: Mutex<HashMap<Trouble, u64>>,
 }
 
 impl Registries {
@@ -131,6 +133,7 @@ impl Registries {
             clients: Mutex::default(),
             hosts: Mutex::default(),
             requests: AtomicU64::new(0),
+            troubles: Mutex::default(),
         };
         registries.client(None)?;
         Ok(registries)
@@ -139,6 +142,22 @@ impl Registries {
     /// Requests sent so far, retries included.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Requests that ended unverifiable so far, by why.
+    pub fn troubles(&self) -> HashMap<Trouble, u64> {
+        self.troubles.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Counts a request that ended unverifiable, and says why.
+    fn unverifiable<T>(&self, trouble: Trouble, why: String) -> Answer<T> {
+        *self
+            .troubles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(trouble)
+            .or_default() += 1;
+        Answer::Unverifiable(why)
     }
 
     /// Warnings about the credentials file (helpers not run).
@@ -256,7 +275,7 @@ impl Registries {
     {
         let (client, auth) = match self.for_repository(repository) {
             Ok(c) => c,
-            Err(why) => return Answer::Unverifiable(why),
+            Err(why) => return self.unverifiable(Trouble::Setup, why),
         };
         // The client's blob calls take no credential: they use the one it
         // stored for the registry, which the manifest calls store too.
@@ -278,17 +297,20 @@ impl Registries {
                 match tokio::time::timeout(deadline, request(client.clone(), auth.clone())).await {
                     Ok(Ok(found)) => return Answer::Found(found),
                     Ok(Err(e)) => sort(&e, host),
-                    Err(_) => Failure::Retry(format!("no answer from {host} within {deadline:?}")),
+                    Err(_) => Failure::Retry(
+                        Trouble::Unreachable,
+                        format!("no answer from {host} within {deadline:?}"),
+                    ),
                 }
             };
             match outcome {
                 Failure::Unknown(code) => return Answer::Unknown(code),
-                Failure::Unverifiable(why) => return Answer::Unverifiable(why),
-                Failure::Retry(why) => match retries.next() {
+                Failure::Unverifiable(trouble, why) => return self.unverifiable(trouble, why),
+                Failure::Retry(trouble, why) => match retries.next() {
                     Some(wait) => tokio::time::sleep(*wait).await,
                     None => {
                         let tries = self.settings.backoff.len() + 1;
-                        return Answer::Unverifiable(format!("{why} ({tries} tries)"));
+                        return self.unverifiable(trouble, format!("{why} ({tries} tries)"));
                     }
                 },
             }
@@ -298,8 +320,8 @@ impl Registries {
 
 enum Failure {
     Unknown(String),
-    Retry(String),
-    Unverifiable(String),
+    Retry(Trouble, String),
+    Unverifiable(Trouble, String),
 }
 
 fn reference(repository: &str, tag: Option<&str>, digest: Option<&str>) -> Reference {
@@ -327,61 +349,92 @@ fn sort(e: &OciDistributionError, host: &str) -> Failure {
             match first.map(|e| &e.code) {
                 Some(OciErrorCode::ManifestUnknown) => Failure::Unknown("MANIFEST_UNKNOWN".into()),
                 Some(OciErrorCode::BlobUnknown) => Failure::Unknown("BLOB_UNKNOWN".into()),
-                Some(OciErrorCode::Toomanyrequests) => {
-                    Failure::Retry(format!("{host} is rate limiting (TOOMANYREQUESTS)"))
-                }
-                Some(OciErrorCode::NameUnknown) => Failure::Unverifiable(format!(
-                    "{host} does not show this repository (NAME_UNKNOWN): it does not exist, or these credentials may not see it"
-                )),
-                Some(OciErrorCode::Unauthorized) => Failure::Unverifiable(format!(
-                    "{host} refused the request (UNAUTHORIZED): give credentials with --registry-auth"
-                )),
-                Some(OciErrorCode::Denied) => Failure::Unverifiable(format!(
-                    "{host} denied access (DENIED): these credentials may not read this repository"
-                )),
+                Some(OciErrorCode::Toomanyrequests) => Failure::Retry(
+                    Trouble::RateLimited,
+                    format!("{host} is rate limiting (TOOMANYREQUESTS)"),
+                ),
+                Some(OciErrorCode::NameUnknown) => Failure::Unverifiable(
+                    Trouble::Denied,
+                    format!(
+                        "{host} does not show this repository (NAME_UNKNOWN): it does not exist, or these credentials may not see it"
+                    ),
+                ),
+                Some(OciErrorCode::Unauthorized) => Failure::Unverifiable(
+                    Trouble::Credentials,
+                    format!(
+                        "{host} refused the request (UNAUTHORIZED): give credentials with --registry-auth"
+                    ),
+                ),
+                Some(OciErrorCode::Denied) => Failure::Unverifiable(
+                    Trouble::Denied,
+                    format!("{host} denied access (DENIED): these credentials may not read this repository"),
+                ),
                 Some(other) => {
                     let message = first.map(|e| e.message.as_str()).unwrap_or_default();
-                    Failure::Unverifiable(format!("{host} answered {}: {message}", code(other)))
+                    Failure::Unverifiable(
+                        Trouble::UnexpectedAnswer,
+                        format!("{host} answered {}: {message}", code(other)),
+                    )
                 }
-                None => Failure::Unverifiable(format!("{host} answered an empty error list")),
+                None => Failure::Unverifiable(
+                    Trouble::UnexpectedAnswer,
+                    format!("{host} answered an empty error list"),
+                ),
             }
         }
-        E::UnauthorizedError { .. } => Failure::Unverifiable(format!(
-            "{host} asks for credentials (401): none were found for it, or it refused them (see --registry-auth)"
-        )),
-        E::AuthenticationFailure(message) => Failure::Unverifiable(format!(
-            "{host}'s token service refused the credentials: {}",
-            message.trim()
-        )),
+        E::UnauthorizedError { .. } => Failure::Unverifiable(
+            Trouble::Credentials,
+            format!(
+                "{host} asks for credentials (401): none were found for it, or it refused them (see --registry-auth)"
+            ),
+        ),
+        E::AuthenticationFailure(message) => Failure::Unverifiable(
+            Trouble::Credentials,
+            format!(
+                "{host}'s token service refused the credentials: {}",
+                message.trim()
+            ),
+        ),
         E::ServerError { code, message, .. } => match code {
-            429 => Failure::Retry(format!("{host} is rate limiting (429)")),
-            500..=599 => Failure::Retry(format!("{host} failed ({code}): {}", first_line(message))),
-            _ => Failure::Unverifiable(format!("{host} answered {code}: {}", first_line(message))),
+            429 => Failure::Retry(Trouble::RateLimited, format!("{host} is rate limiting (429)")),
+            500..=599 => Failure::Retry(
+                Trouble::ServerError,
+                format!("{host} failed ({code}): {}", first_line(message)),
+            ),
+            _ => Failure::Unverifiable(
+                Trouble::UnexpectedAnswer,
+                format!("{host} answered {code}: {}", first_line(message)),
+            ),
         },
-        E::DigestError(d) => Failure::Unverifiable(format!(
-            "{host} served bytes that are not the digest asked for: {d}"
-        )),
+        E::DigestError(d) => Failure::Unverifiable(
+            Trouble::DigestMismatch,
+            format!("{host} served bytes that are not the digest asked for: {d}"),
+        ),
         E::RequestError(r) => request_failure(r, host),
-        other => Failure::Unverifiable(format!("{host}: {other}")),
+        other => Failure::Unverifiable(Trouble::UnexpectedAnswer, format!("{host}: {other}")),
     }
 }
 
 fn request_failure(e: &reqwest::Error, host: &str) -> Failure {
     let chain = crate::text::error_chain(e);
     if chain.contains("InvalidContentType") || chain.contains("corrupt message") {
-        return Failure::Unverifiable(format!(
-            "{host} does not speak TLS: digest-gate asks registries over HTTPS only, never plain HTTP"
-        ));
+        return Failure::Unverifiable(
+            Trouble::Tls,
+            format!(
+                "{host} does not speak TLS: digest-gate asks registries over HTTPS only, never plain HTTP"
+            ),
+        );
     }
     if chain.contains("certificate") || chain.contains("UnknownIssuer") {
-        return Failure::Unverifiable(format!(
-            "{host}'s certificate is not trusted: {chain} (add its CA with --registry-ca)"
-        ));
+        return Failure::Unverifiable(
+            Trouble::Tls,
+            format!("{host}'s certificate is not trusted: {chain} (add its CA with --registry-ca)"),
+        );
     }
     if e.is_timeout() || e.is_connect() {
-        return Failure::Retry(format!("cannot reach {host}: {chain}"));
+        return Failure::Retry(Trouble::Unreachable, format!("cannot reach {host}: {chain}"));
     }
-    Failure::Unverifiable(format!("{host}: {chain}"))
+    Failure::Unverifiable(Trouble::UnexpectedAnswer, format!("{host}: {chain}"))
 }
 
 fn first_line(s: &str) -> &str {

@@ -44,6 +44,15 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     /// The client settings, its credentials file read.
+    /// The files these options read (the credentials file in use, the CA
+    /// files): a long-running verifier reads them again when they change.
+    pub fn files(&self) -> Vec<PathBuf> {
+        auth::AuthFile::locate(self.registry_auth.as_deref())
+            .into_iter()
+            .chain(self.registry_ca.iter().cloned())
+            .collect()
+    }
+
     pub fn settings(&self) -> Result<client::Settings, auth::AuthError> {
         let auth = auth::AuthFile::discover(self.registry_auth.as_deref())?;
         Ok(client::Settings::new(

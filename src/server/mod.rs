@@ -230,12 +230,12 @@ pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerErro
     let stop = CancellationToken::new();
     let audit = spawn_background(&config, &state, &supply, &stop)?;
     if let (Some(published), Some(metrics)) = (published, state.metrics.verify.clone()) {
-        let gauge: verify::Gauge = Arc::new(move |counts| metrics.set(counts));
         verify::spawn(
             config.verify.clone(),
             supply.subscribe(),
             published,
-            gauge,
+            metrics,
+            config.reload_interval,
             stop.clone(),
         )
         .map_err(thread)?;

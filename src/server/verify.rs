@@ -17,8 +17,10 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::fingerprint::fingerprint;
 use crate::allowlist::Allowlist;
-use crate::published::{Counts, Known, Platform, Published};
+use crate::metrics::VerifyMetrics;
+use crate::published::{Counts, Known, Platform, Published, Trouble};
 use crate::registry::{RegistryArgs, client, verify};
 
 /// `serve`'s verification flags.
@@ -43,116 +45,177 @@ pub struct VerifyFlags {
     pub registry: RegistryArgs,
 }
 
-/// Promoted images by state, for the metrics.
-pub type Gauge = Arc<dyn Fn(Counts) + Send + Sync>;
-
-/// Starts the verification thread.
+/// Starts the verification thread. `poll` is how often the credentials
+/// and CA files are looked at (the reload interval).
 pub fn spawn(
     flags: VerifyFlags,
     allowlists: watch::Receiver<Arc<Allowlist>>,
     published: Arc<ArcSwap<Published>>,
-    gauge: Gauge,
+    metrics: VerifyMetrics,
+    poll: Duration,
     stop: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let verifier = Verifier {
+        flags,
+        metrics,
+        known: HashMap::new(),
+        files: 0,
+    };
     super::tasks::spawn(
         "digest-gate-verify",
-        move || run(flags, allowlists, published, gauge, stop),
+        move || verifier.run(allowlists, published, poll, stop),
         |e| tracing::error!(error = %e, "registry verification cannot start its runtime"),
     )
 }
 
-async fn run(
+/// Why a round is run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// An allowlist was put in force: its digests not verified yet.
+    New,
+    /// The interval passed, or the credentials or CA changed: all of them.
+    Everything,
+}
+
+struct Verifier {
     flags: VerifyFlags,
-    mut allowlists: watch::Receiver<Arc<Allowlist>>,
-    published: Arc<ArcSwap<Published>>,
-    gauge: Gauge,
-    stop: CancellationToken,
-) {
-    let mut known: HashMap<(String, String), Known> = HashMap::new();
-    let mut everything = true;
-    loop {
-        let list = allowlists.borrow_and_update().clone();
-        round(&flags, &list, &mut known, everything).await;
-        published.store(Arc::new(publish(&list, &known)));
-        gauge(counts(&list, &known));
-        everything = tokio::select! {
-            changed = allowlists.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                false
+    metrics: VerifyMetrics,
+    known: HashMap<(String, String), Known>,
+    /// The contents of the credentials and CA files the last round used.
+    files: u64,
+}
+
+impl Verifier {
+    async fn run(
+        mut self,
+        mut allowlists: watch::Receiver<Arc<Allowlist>>,
+        published: Arc<ArcSwap<Published>>,
+        poll: Duration,
+        stop: CancellationToken,
+    ) {
+        let mut round = Round::Everything;
+        let mut next = tokio::time::Instant::now() + self.flags.verify_interval;
+        loop {
+            let list = allowlists.borrow_and_update().clone();
+            if round == Round::Everything {
+                next = tokio::time::Instant::now() + self.flags.verify_interval;
             }
-            () = tokio::time::sleep(flags.verify_interval) => true,
-            () = stop.cancelled() => return,
+            self.round(&list, round).await;
+            published.store(Arc::new(publish(&list, &self.known)));
+            self.metrics.set(counts(&list, &self.known));
+            round = loop {
+                tokio::select! {
+                    changed = allowlists.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        break Round::New;
+                    }
+                    () = tokio::time::sleep_until(next) => break Round::Everything,
+                    () = tokio::time::sleep(poll) => {
+                        // A rotated pull secret or CA: what was unverifiable
+                        // (or even missing, to a registry that hides
+                        // what a credential may not see) is asked again.
+                        if self.files_changed() {
+                            tracing::info!("the registry credentials or CA changed: verifying everything again");
+                            break Round::Everything;
+                        }
+                    }
+                    () = stop.cancelled() => return,
+                }
+            };
+        }
+    }
+
+    /// Whether the credentials or CA files differ from what the last round
+    /// read. They are small: their contents are compared, not their stat,
+    /// so a Secret's symlink swap and an edit in place are both seen.
+    fn files_changed(&self) -> bool {
+        files_fingerprint(&self.flags) != self.files
+    }
+
+    /// Verifies the promoted digests not verified yet, or all of them. The
+    /// credentials file and CA are read anew each round.
+    async fn round(&mut self, list: &Allowlist, round: Round) {
+        let known = &self.known;
+        let subjects: Vec<verify::Subject> = verify::subjects(list)
+            .into_iter()
+            .filter(|s| {
+                round == Round::Everything || !known.contains_key(&(s.repository.clone(), s.digest.clone()))
+            })
+            .collect();
+        self.files = files_fingerprint(&self.flags);
+        if subjects.is_empty() {
+            return;
+        }
+        let registries = match self
+            .flags
+            .registry
+            .settings()
+            .map_err(|e| e.to_string())
+            .and_then(|settings| client::Registries::new(settings).map_err(|e| e.to_string()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.errors(Trouble::Setup, 1);
+                tracing::error!(error = %e, "registry verification cannot start; what was known stays known");
+                return;
+            }
         };
+        let options = verify::Options {
+            platforms: self.flags.verify_platforms.clone(),
+            mirrors_only: false,
+            blobs: verify::Blobs::Config,
+        };
+        let count = subjects.len();
+        let started = std::time::Instant::now();
+        let in_flight = usize::from(self.flags.registry.registry_concurrency) * 2;
+        let found = verify::verify(
+            &registries,
+            list.mirror_rules(),
+            subjects,
+            &options,
+            in_flight,
+            &|_| {},
+        )
+        .await;
+        for v in found {
+            if v.state.fails() {
+                tracing::warn!(repository = %v.repository, digest = %v.digest, state = %v.state, detail = %v.detail,
+                               "a promoted digest cannot be pulled: rewrites to it are denied");
+            }
+            let state = v.state;
+            self.known.insert(
+                (v.repository, v.digest),
+                Known {
+                    state,
+                    detail: v.detail,
+                    checked_at: v.checked_at,
+                },
+            );
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.round(seconds);
+        for (reason, n) in registries.troubles() {
+            self.metrics.errors(reason, n);
+        }
+        tracing::info!(digests = count, seconds, "registry verification done");
     }
 }
 
-/// Verifies the promoted digests not verified yet, or all of them. The
-/// credentials file and CA are read anew each round, so a rotated pull
-/// secret is used without a restart.
-async fn round(
-    flags: &VerifyFlags,
-    list: &Allowlist,
-    known: &mut HashMap<(String, String), Known>,
-    everything: bool,
-) {
-    let subjects: Vec<verify::Subject> = verify::subjects(list)
-        .into_iter()
-        .filter(|s| everything || !known.contains_key(&(s.repository.clone(), s.digest.clone())))
-        .collect();
-    if subjects.is_empty() {
-        return;
-    }
-    let registries = match flags
+/// What the credentials and CA files hold now (an unreadable one counts as
+/// its error, so its return is a change too).
+fn files_fingerprint(flags: &VerifyFlags) -> u64 {
+    let contents: Vec<_> = flags
         .registry
-        .settings()
-        .map_err(|e| e.to_string())
-        .and_then(|settings| client::Registries::new(settings).map_err(|e| e.to_string()))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "registry verification cannot start; what was known stays known");
-            return;
-        }
-    };
-    let options = verify::Options {
-        platforms: flags.verify_platforms.clone(),
-        mirrors_only: false,
-        blobs: verify::Blobs::Config,
-    };
-    let count = subjects.len();
-    let started = std::time::Instant::now();
-    let in_flight = usize::from(flags.registry.registry_concurrency) * 2;
-    let found = verify::verify(
-        &registries,
-        list.mirror_rules(),
-        subjects,
-        &options,
-        in_flight,
-        &|_| {},
-    )
-    .await;
-    for v in found {
-        if v.state.fails() {
-            tracing::warn!(repository = %v.repository, digest = %v.digest, state = %v.state, detail = %v.detail,
-                           "a promoted digest cannot be pulled: rewrites to it are denied");
-        }
-        let state = v.state;
-        known.insert(
-            (v.repository, v.digest),
-            Known {
-                state,
-                detail: v.detail,
-                checked_at: v.checked_at,
-            },
-        );
-    }
-    tracing::info!(
-        digests = count,
-        seconds = started.elapsed().as_secs_f64(),
-        "registry verification done"
-    );
+        .files()
+        .into_iter()
+        .map(|path| {
+            let read = std::fs::read(&path).map_err(|e| e.kind());
+            (path, read)
+        })
+        .collect();
+    fingerprint(&contents)
 }
 
 /// What the request path reads: each promoted digest still in the

@@ -538,8 +538,53 @@ def test_serve_verify_registry_denies_a_rewrite_to_a_missing_digest_and_keeps_kn
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read().decode()
             assert 'digest_gate_promoted_images{state="missing"} 1' in metrics, metrics
             assert 'digest_gate_promoted_images{state="ok"} 1' in metrics
+            assert "digest_gate_registry_verification_duration_seconds_count 1" in metrics, metrics
+            assert 'digest_gate_registry_verification_errors_total{reason="credentials"} 0' in metrics, metrics
             # The registry goes down: what was known stays known.
             reg.proc.terminate()
             reg.proc.wait(timeout=10)
             answer = review(port, world.ca, wrong)
             assert answer["allowed"] is False, answer
+
+
+def metric(admin: int, name: str) -> float:
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read().decode()
+    return next(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_serve_reads_rotated_credentials_and_verifies_everything_again(world, tmp_path):
+    import os
+    import time
+
+    from registries import make_leaf
+    from support import serve
+
+    make_leaf(world.certs, "webhook")
+    s = world.source.host
+    path = world.allowlist("serve-rotate", [(f"{s}/models/gone", NEVER_PUSHED, [])])
+    auth = auth_file(tmp_path / "auth.json", {s: (USER, "wrong")})
+    wrong = f"{s}/models/gone@sha256:{'8af20e48' * 8}"
+    args = ["--allowlist", str(path), "--verify-registry", "--registry-ca", str(world.ca), "--registry-auth", str(auth),
+            "--registry-timeout", "5s", "--reload-interval", "200ms"]
+    with serve(world.certs / "webhook.crt", world.certs / "webhook.key", *args) as (port, admin):
+        # Refused credentials: unverifiable, so the allowlist decides (a
+        # rewrite), and the refusal is counted by its reason.
+        deadline = time.monotonic() + 15
+        while metric(admin, 'digest_gate_registry_verification_errors_total{reason="credentials"}') < 1:
+            assert time.monotonic() < deadline, "the refused credentials were not counted"
+            time.sleep(0.2)
+        assert metric(admin, 'digest_gate_promoted_images{state="unverifiable"}') == 1
+        answer = review(port, world.ca, wrong)
+        assert answer["allowed"] is True and "patch" in answer, answer
+        # The pull secret is rotated as the kubelet does it: a new file
+        # renamed over the old. Everything is verified again.
+        auth_file(tmp_path / "auth.json.new", {s: (USER, PASSWORD)})
+        os.replace(tmp_path / "auth.json.new", auth)
+        deadline = time.monotonic() + 15
+        while review(port, world.ca, wrong)["allowed"]:
+            assert time.monotonic() < deadline, "the rotated credentials were not used"
+            time.sleep(0.2)
+        assert metric(admin, 'digest_gate_promoted_images{state="missing"}') == 1
+        assert metric(admin, 'digest_gate_promoted_images{state="unverifiable"}') == 0
+        assert metric(admin, "digest_gate_registry_verification_duration_seconds_count") == 2
