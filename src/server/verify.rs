@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::fingerprint::fingerprint;
 use crate::allowlist::Allowlist;
 use crate::metrics::VerifyMetrics;
-use crate::published::{Counts, Known, Platform, Published, Trouble};
+use crate::published::{Counts, Known, Platform, Published, State, Trouble};
 use crate::registry::{RegistryArgs, client, verify};
 
 /// `serve`'s verification flags.
@@ -37,12 +37,26 @@ pub struct VerifyFlags {
         value_delimiter = ','
     )]
     pub verify_platforms: Vec<Platform>,
-    /// Verify everything again this often.
+    /// Verify everything again this often (at least 1m).
     #[arg(long = "verify-interval", env = "DIGEST_GATE_VERIFY_INTERVAL", default_value = "6h",
-          value_parser = crate::flags::parse_duration)]
+          value_parser = parse_interval)]
     pub verify_interval: Duration,
     #[command(flatten)]
     pub registry: RegistryArgs,
+}
+
+/// Every replica asks every registry about every promoted digest each
+/// interval: under a minute, that is a load on the registries (and their
+/// rate limits) that buys nothing, since new digests are verified as soon
+/// as their allowlist is in force anyway.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = crate::flags::parse_duration(s)?;
+    if d < Duration::from_secs(60) {
+        return Err(format!(
+            "'{s}' is too short: registries are asked about every promoted digest each interval; use 1m or more"
+        ));
+    }
+    Ok(d)
 }
 
 /// Starts the verification thread. `poll` is how often the credentials
@@ -159,6 +173,7 @@ impl Verifier {
             Err(e) => {
                 self.metrics.errors(Trouble::Setup, 1);
                 tracing::error!(error = %e, "registry verification cannot start; what was known stays known");
+                self.not_asked(subjects, &e);
                 return;
             }
         };
@@ -200,6 +215,24 @@ impl Verifier {
             self.metrics.errors(reason, n);
         }
         tracing::info!(digests = count, seconds, "registry verification done");
+    }
+}
+
+impl Verifier {
+    /// The digests a round could not ask about at all are unverifiable —
+    /// those not known yet; what was known stays known (a broken rotation
+    /// must not forget that a digest is missing).
+    fn not_asked(&mut self, subjects: Vec<verify::Subject>, why: &str) {
+        let now = std::time::SystemTime::now();
+        for s in subjects {
+            self.known
+                .entry((s.repository, s.digest))
+                .or_insert_with(|| Known {
+                    state: State::Unverifiable,
+                    detail: format!("not asked: {why}"),
+                    checked_at: now,
+                });
+        }
     }
 }
 
@@ -248,4 +281,18 @@ fn counts(list: &Allowlist, known: &HashMap<(String, String), Known>) -> Counts 
         }
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_is_a_minute_or_more() {
+        assert_eq!(parse_interval("6h"), Ok(Duration::from_secs(6 * 3600)));
+        assert_eq!(parse_interval("1m"), Ok(Duration::from_secs(60)));
+        let short = parse_interval("59s").unwrap_err();
+        assert!(short.contains("1m or more"), "{short}");
+        assert!(parse_interval("often").is_err());
+    }
 }
