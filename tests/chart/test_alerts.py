@@ -34,7 +34,8 @@ FOREIGN = {"up", "kube_deployment_status_replicas_available"}
 # (An empty family is not exposed at all.)
 AUDITED = {"digest_gate_audit_findings": {"kind", "verdict"}}
 RULE_VALUES = {"metrics": {"serviceMonitor": {"enabled": True},
-                           "prometheusRule": {"enabled": True, "allowlistMaxAgeHours": 24, "kubeStateMetrics": True}}}
+                           "prometheusRule": {"enabled": True, "allowlistMaxAgeHours": 24, "kubeStateMetrics": True}},
+               "allowlist": {"verifyRegistry": {"enabled": True}}}
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -76,8 +77,10 @@ def admin_get(admin: int, path: str) -> str:
 @pytest.fixture(scope="module")
 def scrape(tmp_path_factory):
     """Samples of a server in enforce mode that allowed one review, denied
-    one, closed a pending handshake to make room, and failed one certificate
-    reload; and the certificates' folder."""
+    one, closed a pending handshake to make room, failed one certificate
+    reload, and verifies registries but cannot read its CA (so it asks no
+    registry: every promoted digest is unverifiable, one setup error); and
+    the certificates' folder."""
     out = tmp_path_factory.mktemp("alerts")
     subprocess.run(["sh", str(SCRIPT), "--namespace", "demo", "--out", str(out)], capture_output=True, check=True)
     denied = json.loads((ROOT / "examples" / "review.json").read_text())
@@ -87,6 +90,7 @@ def scrape(tmp_path_factory):
         "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8"
         "@sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6")
     with serving(out, "--mode", "enforce", "--reload-interval", "100ms", "--max-pending-handshakes", "1",
+                 "--verify-registry", "--registry-ca", str(out / "no-such-ca.pem"),
                  admin_port=True) as (port, admin):
         assert review(port, out / "ca.crt", denied)["response"]["allowed"] is False
         assert review(port, out / "ca.crt", allowed)["response"]["allowed"] is True
@@ -98,7 +102,8 @@ def scrape(tmp_path_factory):
         deadline = time.monotonic() + 10
         while True:
             text = admin_get(admin, "/metrics")
-            if 'source="certificate",result="failure"' in text and "connections_evicted_total{" in text:
+            if ('source="certificate",result="failure"' in text and "connections_evicted_total{" in text
+                    and 'verification_errors_total{reason="setup"} 1' in text):
                 break
             assert time.monotonic() < deadline, "the failed reload or the eviction was not counted"
             time.sleep(0.1)
@@ -165,7 +170,8 @@ def test_rules_and_dashboard_read_only_metrics_and_labels_the_binary_exposes(scr
     assert read >= {"digest_gate_allowlist_stale", "digest_gate_certificate_expiry_timestamp_seconds",
                     "digest_gate_admission_requests_total", "digest_gate_admission_duration_seconds_bucket",
                     "digest_gate_reloads_total", "digest_gate_last_successful_reload_timestamp_seconds",
-                    "digest_gate_break_glass_namespaces", "digest_gate_allowlist_repositories"}, read
+                    "digest_gate_break_glass_namespaces", "digest_gate_allowlist_repositories",
+                    "digest_gate_promoted_images", "digest_gate_registry_verification_errors_total"}, read
 
     (cm,) = find(render({"metrics": {"grafanaDashboard": {"enabled": True}}}), "ConfigMap", "dg-digest-gate-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -182,7 +188,9 @@ def test_rules_and_dashboard_read_only_metrics_and_labels_the_binary_exposes(scr
     # What the issue asks the dashboard to show.
     assert shown >= {"digest_gate_admission_requests_total", "digest_gate_images_total",
                      "digest_gate_admission_duration_seconds_bucket", "digest_gate_reloads_total",
-                     "digest_gate_certificate_expiry_timestamp_seconds"}, shown
+                     "digest_gate_certificate_expiry_timestamp_seconds", "digest_gate_promoted_images",
+                     "digest_gate_registry_verification_errors_total",
+                     "digest_gate_registry_verification_duration_seconds_sum"}, shown
     # Panels do not overlap on Grafana's 24-column grid.
     cells = set()
     for panel in dashboard["panels"]:
@@ -258,6 +266,9 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
     loaded = s("digest_gate_last_successful_reload_timestamp_seconds", source="allowlist")
     denials = s("digest_gate_admission_requests_total", verdict="deny")
     glass = s("digest_gate_break_glass_namespaces")
+    promoted = {state: s("digest_gate_promoted_images", state=state)
+                for state in ("ok", "missing", "not-runnable", "platform-missing", "unverifiable")}
+    setup = s("digest_gate_registry_verification_errors_total", reason="setup")
     buckets = [(n, labels) for n, labels, _ in samples if n == "digest_gate_admission_duration_seconds_bucket"
                and labels["endpoint"] == "validate"]
     assert {"1.0", "2.5", "+Inf"} <= {b[1]["le"] for b in buckets}, "the latency buckets cannot tell 1 s"
@@ -298,6 +309,20 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
              [(bucket(l), "0+60x20" if l["le"] in ("2.5", "5.0", "+Inf") else "0x20") for _, l in buckets],
              [{"severity": "warning", "namespace": ns}]),
         case("DigestGateSlowAdmission", "17m", [(bucket(l), "0+60x20") for _, l in buckets], []),
+        # One missing digest for 20 minutes, beside pullable ones.
+        case("DigestGatePromotedImagesUnpullable", "20m",
+             [(promoted["missing"], "0 0 1x30"), (promoted["ok"], "12x30"), (promoted["not-runnable"], "0x30")],
+             [{"severity": "critical", "namespace": ns, "state": "missing"}]),
+        case("DigestGatePromotedImagesUnpullable", "20m",
+             [(promoted["missing"], "0x30"), (promoted["unverifiable"], "3x30"), (promoted["ok"], "12x30")], []),
+        # Not yet for long enough: a digest promoted before its image was pushed.
+        case("DigestGatePromotedImagesUnpullable", "10m", [(promoted["platform-missing"], "0 1x30")], []),
+        case("DigestGatePromotedImagesUnverifiable", "70m", [(promoted["unverifiable"], "2x90")],
+             [{"severity": "warning", "namespace": ns}]),
+        case("DigestGatePromotedImagesUnverifiable", "30m", [(promoted["unverifiable"], "2x90")], []),
+        case("DigestGateRegistryVerificationCannotStart", "5m", [(setup, "0 0 1 1 1 1")],
+             [{"severity": "warning", **per_pod}]),
+        case("DigestGateRegistryVerificationCannotStart", "40m", [(setup, "1x45")], []),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "1x90")], [{"severity": "warning", "namespace": ns}]),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "0x90")], []),
     ]

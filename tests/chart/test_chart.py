@@ -83,6 +83,12 @@ def test_pod_disruption_budget_uses_policy_v1_when_the_cluster_has_it():
     ({"audit": {"interval": "often"}}, "interval"),
     ({"audit": {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Gt"}]}}}, "operator"),
     ({"audit": {"policyReports": True}}, "policyReports"),
+    ({"allowlist": {"verifyRegistry": {"platforms": ["amd64"]}}}, "platforms"),
+    ({"allowlist": {"verifyRegistry": {"interval": "daily"}}}, "interval"),
+    # The binary refuses under a minute: the chart must not render a pod that crashes.
+    ({"allowlist": {"verifyRegistry": {"interval": "30s"}}}, "interval"),
+    ({"allowlist": {"verifyRegistry": {"pullSecret": "Pull_Secret"}}}, "pullSecret"),
+    ({"networkPolicy": {"dns": {"ports": []}}}, "ports"),
 ])
 def test_schema_rejects_bad_values(values, key):
     chart = helm.Chart.load(str(CHART))
@@ -99,7 +105,8 @@ def test_objects_validate_against_kubernetes_schemas(mode, version):
     values = dict(CERT_MODES[mode])
     values.update({"metrics": {"service": {"enabled": True}, "serviceMonitor": {"enabled": True}},
                    "networkPolicy": {"enabled": True}, "webhook": {"inferenceServices": True, "workloads": True},
-                   "audit": AUDIT_ALL, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}})
+                   "audit": AUDIT_ALL, "allowlist": {"fromInstalledOperators": FROM_OPERATORS,
+                                                     "verifyRegistry": VERIFY_ALL}})
     objects = render(values)
     checked = 0
     for obj in objects:
@@ -746,3 +753,83 @@ def test_policy_report_crds_are_opt_in_verbatim_and_kept():
                                                       f"wgpolicyk8s.io_{crd['spec']['names']['plural']}.yaml").read_text()) if d)
         assert crd["spec"] == shipped["spec"]
         assert "v1alpha2" in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+
+
+CA_PEM = """-----BEGIN CERTIFICATE-----
+MIIBdzCCAR2gAwIBAgIUQ0FfUEVNX0ZPUl9SRU5ERVJfVEVTVFMwCgYIKoZIzj0EAwIw
+-----END CERTIFICATE-----
+"""
+VERIFY_ALL = {"enabled": True, "pullSecret": "registry-pull", "caBundle": CA_PEM,
+              "platforms": ["linux/amd64", "linux/arm64/v8"], "interval": "12h", "timeout": "20s", "concurrency": 4,
+              "httpsProxy": "http://proxy.corp:3128", "noProxy": ".cluster.local,10.0.0.0/8",
+              "egress": {"cidrs": ["10.20.0.0/16"], "ports": [443, 5000]}}
+
+
+def test_registry_verification_flags_mounts_and_egress():
+    objects = render({"allowlist": {"verifyRegistry": VERIFY_ALL}, "networkPolicy": {"enabled": True}})
+    argv = args(objects)
+    verify = [a for a in argv if a.startswith(("--verify", "--registry"))]
+    assert verify == ["--verify-registry", "--verify-platform=linux/amd64", "--verify-platform=linux/arm64/v8",
+                      "--verify-interval=12h", "--registry-timeout=20s", "--registry-concurrency=4",
+                      "--registry-auth=/etc/digest-gate/registry-auth/.dockerconfigjson",
+                      "--registry-ca=/etc/digest-gate/registry-ca/ca.crt"], verify
+    # The pull secret and the CA are whole-volume mounts (rotations arrive),
+    # optional (a missing one must not keep the webhook from starting).
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["registry-auth"]["secret"] == {"secretName": "registry-pull", "optional": True}
+    assert volumes["registry-ca"]["configMap"] == {"name": f"{RELEASE}-digest-gate-registry-ca", "optional": True}
+    mounts = {m["name"]: m for m in container(objects)["volumeMounts"]}
+    assert mounts["registry-auth"] == {"name": "registry-auth", "mountPath": "/etc/digest-gate/registry-auth",
+                                       "readOnly": True}
+    assert "subPath" not in mounts["registry-ca"]
+    (ca,) = find(objects, "ConfigMap", f"{RELEASE}-digest-gate-registry-ca")
+    assert ca["data"]["ca.crt"] == CA_PEM
+    assert container(objects)["env"] == [{"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"},
+                                         {"name": "NO_PROXY", "value": ".cluster.local,10.0.0.0/8"}]
+    # It calls no apiserver: no token.
+    assert pod["automountServiceAccountToken"] is False
+    # Egress to the registries' addresses and ports, and DNS (both
+    # protocols, CoreDNS's and OpenShift's ports).
+    registries, dns = one(objects, "NetworkPolicy")["spec"]["egress"]
+    assert registries == {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 5000, "protocol": "TCP"}],
+                          "to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]}
+    assert dns == {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"},
+                             {"port": 5353, "protocol": "UDP"}, {"port": 5353, "protocol": "TCP"}]}
+    # With the audit too: the apiserver rule first, then these.
+    both = render({"allowlist": {"verifyRegistry": {"enabled": True}}, "audit": {"enabled": True},
+                   "networkPolicy": {"enabled": True, "dns": {"to": [{"namespaceSelector": {}}], "ports": [53]}}})
+    api, registries, dns = one(both, "NetworkPolicy")["spec"]["egress"]
+    assert {p["port"] for p in api["ports"]} == {443, 6443}
+    assert registries == {"ports": [{"port": 443, "protocol": "TCP"}]}
+    assert dns["to"] == [{"namespaceSelector": {}}]
+    assert [e["name"] for e in container(both)["env"]] == ["POD_NAME"]
+    # Defaults: anonymous, no CA, any platform; an existing CA ConfigMap
+    # (OpenShift's injected trusted bundle).
+    plain = render({"allowlist": {"verifyRegistry": {"enabled": True,
+                                                     "caConfigMap": {"name": "trusted-ca"}}}})
+    verify = [a for a in args(plain) if a.startswith(("--verify", "--registry"))]
+    assert verify == ["--verify-registry", "--verify-interval=6h", "--registry-timeout=30s",
+                      "--registry-concurrency=8", "--registry-ca=/etc/digest-gate/registry-ca/ca-bundle.crt"]
+    assert {v["name"]: v for v in one(plain, "Deployment")["spec"]["template"]["spec"]["volumes"]}[
+        "registry-ca"]["configMap"] == {"name": "trusted-ca", "optional": True}
+    assert "env" not in container(plain) and not find(plain, "ConfigMap", f"{RELEASE}-digest-gate-registry-ca")
+    # Every flag is one `serve` has.
+    help_text = subprocess.run([str(binary()), "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    for arg in argv[1:]:
+        flag = arg.split("=", 1)[0]
+        assert re.search(rf"\s{re.escape(flag)}[\s<=]", help_text), f"{flag} is not a serve flag"
+    # Off by default: nothing of it rendered.
+    default = render({})
+    assert not [a for a in args(default) if a.startswith(("--verify", "--registry"))]
+    assert not [v for v in one(default, "Deployment")["spec"]["template"]["spec"]["volumes"]
+                if v["name"].startswith("registry")]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"caBundle": CA_PEM, "caConfigMap": {"name": "trusted-ca"}}, "not both"),
+    ({"caBundle": "not a certificate"}, "no PEM certificate"),
+])
+def test_registry_verification_ca_mistakes_are_refused(values, message):
+    with pytest.raises(Exception, match=message):
+        render({"allowlist": {"verifyRegistry": {"enabled": True, **values}}})

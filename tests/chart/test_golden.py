@@ -34,6 +34,11 @@ VALUE_SETS = {
         "metrics": {"serviceMonitor": {"enabled": True},
                     "prometheusRule": {"enabled": True},
                     "grafanaDashboard": {"enabled": True}}},
+    "verify-registry": {
+        "allowlist": {"verifyRegistry": {"enabled": True, "pullSecret": "registry-pull",
+                                         "caConfigMap": {"name": "trusted-ca"}, "platforms": ["linux/amd64"]}},
+        "networkPolicy": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}},
 }
 
 KUBE_VERSIONS = ["v1.20.0", "v1.28.0"]

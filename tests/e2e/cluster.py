@@ -380,12 +380,19 @@ class WebhookPod:
         self.volumes: dict[str, dict] = {}
 
     def _volume_files(self, volume: dict) -> dict[str, bytes]:
+        """The files of a Secret or ConfigMap volume. One marked optional
+        that does not exist is an empty directory, as the kubelet mounts it;
+        any other missing one would keep the pod from starting."""
         if "secret" in volume:
             secret = self.cluster.get("secret", volume["secret"]["secretName"], self.namespace)
+            if not secret and volume["secret"].get("optional"):
+                return {}
             assert secret, f"Secret {volume['secret']['secretName']} is missing"
             return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         if "configMap" in volume:
             cm = self.cluster.get("configmap", volume["configMap"]["name"], self.namespace)
+            if not cm and volume["configMap"].get("optional"):
+                return {}
             assert cm, f"ConfigMap {volume['configMap']['name']} is missing"
             return {k: v.encode() for k, v in (cm.get("data") or {}).items()}
         raise AssertionError(f"volume kind not emulated: {volume}")

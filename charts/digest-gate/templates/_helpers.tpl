@@ -337,3 +337,15 @@ runAsNonRoot: true
 capabilities:
   drop: ["ALL"]
 {{- end }}
+
+{{/*
+Registry verification's CA: the ConfigMap and key to mount, or nothing.
+*/}}
+{{- define "digest-gate.registryCa" -}}
+{{- $v := .Values.allowlist.verifyRegistry -}}
+{{- if and $v.enabled $v.caBundle -}}
+{{- dict "name" (printf "%s-registry-ca" (include "digest-gate.fullname" .)) "key" "ca.crt" | toJson -}}
+{{- else if and $v.enabled $v.caConfigMap.name -}}
+{{- dict "name" $v.caConfigMap.name "key" ($v.caConfigMap.key | default "ca-bundle.crt") | toJson -}}
+{{- end -}}
+{{- end -}}
