@@ -214,7 +214,7 @@ fn a_helm_template_is_named_as_one_with_the_pipe_to_use() {
     assert_eq!(run.code, 2, "{}", run.stdout);
     let out = run.stdout + &run.stderr;
     assert!(
-        out.contains("it looks like a Helm template ('{{' on line 4)"),
+        out.contains("it looks like a Helm template ('{{' on line 1)"),
         "{out}"
     );
     assert!(
