@@ -37,7 +37,7 @@ pub enum Command {
     /// Exit codes: 0 everything complies; 1 something is denied or needs a
     /// rewrite (with --fix: something is still denied after fixing); 2
     /// unusable input or flags.
-    Check(CheckArgs),
+    Check(Box<CheckArgs>),
     /// Judge what is already in a cluster, as the webhook would judge it
     /// written now. Reads with your credentials, and writes nothing but
     /// what --policy-reports and --events ask for.
@@ -131,6 +131,40 @@ pub struct PolicyArgs {
         value_delimiter = ','
     )]
     pub configmap_names: Vec<String>,
+    #[command(flatten)]
+    pub catalog: CatalogArgs,
+}
+
+/// Which packages of a file-based catalog promote, and which channel
+/// orders their releases.
+#[derive(Debug, Clone, Args)]
+pub struct CatalogArgs {
+    /// Of a file-based catalog, promote only this package's bundles
+    /// (repeatable; every package by default).
+    #[arg(
+        long = "catalog-package",
+        env = "DIGEST_GATE_CATALOG_PACKAGE",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub packages: Vec<String>,
+    /// Order a catalog package's releases by this channel's upgrade graph
+    /// instead of its defaultChannel.
+    #[arg(
+        long = "catalog-channel",
+        env = "DIGEST_GATE_CATALOG_CHANNEL",
+        value_name = "NAME"
+    )]
+    pub channel: Option<String>,
+}
+
+impl CatalogArgs {
+    pub fn options(&self) -> allowlist::CatalogOptions {
+        allowlist::CatalogOptions {
+            packages: self.packages.clone(),
+            channel: self.channel.clone(),
+        }
+    }
 }
 
 fn parse_pattern(s: &str) -> Result<Pattern, String> {
@@ -152,6 +186,7 @@ impl PolicyArgs {
                 })
                 .collect(),
             configmap_names: self.configmap_names.clone(),
+            catalog: self.catalog.options(),
             ..Policy::default()
         };
         for km in &self.kind_modes {
@@ -406,6 +441,8 @@ pub enum AllowlistCommand {
         /// metadata.name of the generated Allowlist.
         #[arg(long, env = "DIGEST_GATE_NAME", default_value = "promoted")]
         name: String,
+        #[command(flatten)]
+        catalog: CatalogArgs,
     },
     /// Check allowlist files and report what they promote.
     ///
@@ -417,6 +454,8 @@ pub enum AllowlistCommand {
         /// Treat warnings as failures.
         #[arg(long, env = "DIGEST_GATE_STRICT")]
         strict: bool,
+        #[command(flatten)]
+        catalog: CatalogArgs,
     },
     /// Ask the registries whether every promoted digest can be pulled:
     /// present where a node pulls it (mirrors first), an image rather than
@@ -460,6 +499,8 @@ pub struct VerifyArgs {
     #[arg(long, env = "DIGEST_GATE_WRITE_PLATFORMS", value_name = "FILE")]
     pub write_platforms: Option<PathBuf>,
     #[command(flatten)]
+    pub catalog: CatalogArgs,
+    #[command(flatten)]
     pub registry: RegistryArgs,
 }
 
@@ -485,15 +526,21 @@ pub fn main() -> ExitCode {
         Command::Check(args) => run_check(&args),
         Command::Audit(args) => run_audit(&args),
         Command::Cleanup(args) => run_cleanup(&args),
-        Command::Allowlist(AllowlistCommand::Convert { files, name }) => run_convert(&files, &name),
-        Command::Allowlist(AllowlistCommand::Lint { files, strict }) => run_lint(&files, strict),
+        Command::Allowlist(AllowlistCommand::Convert { files, name, catalog }) => {
+            run_convert(&files, &name, &catalog.options())
+        }
+        Command::Allowlist(AllowlistCommand::Lint {
+            files,
+            strict,
+            catalog,
+        }) => run_lint(&files, strict, &catalog.options()),
         Command::Allowlist(AllowlistCommand::Verify(args)) => run_verify(&args),
     };
     ExitCode::from(code)
 }
 
-fn load(paths: &[PathBuf]) -> Result<Loaded, u8> {
-    allowlist::load_paths(paths).map_err(|errors| {
+fn load(paths: &[PathBuf], catalog: &allowlist::CatalogOptions) -> Result<Loaded, u8> {
+    allowlist::load_paths_with(paths, catalog).map_err(|errors| {
         eprintln!("error: the allowlist cannot be used:\n{errors}");
         2
     })
@@ -597,7 +644,7 @@ fn run_check(args: &CheckArgs) -> u8 {
     if args.policy.allowlists.is_empty() {
         missing_allowlist();
     }
-    let loaded = match load(&args.policy.allowlists) {
+    let loaded = match load(&args.policy.allowlists, &args.policy.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -682,8 +729,11 @@ fn run_audit(args: &AuditArgs) -> u8 {
             let read = audit::installed::read(&connection, csvs).await;
             installed.extend(read.map_err(|f| f.message().to_owned())?);
         }
-        let loaded = allowlist::load_sources(allowlist::inputs(&files).chain(allowlist::inputs(&installed)))
-            .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+        let loaded = allowlist::load_sources_with(
+            allowlist::inputs(&files).chain(allowlist::inputs(&installed)),
+            &policy.catalog,
+        )
+        .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
         let target = audit::Target {
             scope: scope(args, &connection),
             label_selector: args.selector.clone(),
@@ -883,8 +933,8 @@ fn print_out(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-fn run_convert(files: &[PathBuf], name: &str) -> u8 {
-    let loaded = match load(files) {
+fn run_convert(files: &[PathBuf], name: &str, catalog: &allowlist::CatalogOptions) -> u8 {
+    let loaded = match load(files, catalog) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -896,8 +946,8 @@ fn run_convert(files: &[PathBuf], name: &str) -> u8 {
     0
 }
 
-fn run_lint(files: &[PathBuf], strict: bool) -> u8 {
-    let loaded = match load(files) {
+fn run_lint(files: &[PathBuf], strict: bool, catalog: &allowlist::CatalogOptions) -> u8 {
+    let loaded = match load(files, catalog) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -911,7 +961,7 @@ fn run_verify(args: &VerifyArgs) -> u8 {
     if paths.is_empty() {
         missing_allowlist();
     }
-    let loaded = match load(&paths) {
+    let loaded = match load(&paths, &args.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use crate::allowlist::{Allowlist, Candidates, Exemption, Promoted, Provenance};
+use crate::allowlist::{Allowlist, Candidates, CatalogOptions, Exemption, Promoted, Provenance};
 use crate::published::{Published, State};
 use crate::reference::{self, Placeholder, Reference, ReferenceError, short_digest};
 use crate::text::{self, Cut};
@@ -266,6 +266,9 @@ pub struct Policy {
     pub exemptions: Vec<Exemption>,
     /// The ConfigMaps judged, by name; empty: every one.
     pub configmap_names: Vec<String>,
+    /// Which packages of a file-based catalog promote, and which channel
+    /// orders their releases (`--catalog-package`, `--catalog-channel`).
+    pub catalog: CatalogOptions,
 }
 
 impl Default for Policy {
@@ -276,6 +279,7 @@ impl Default for Policy {
             unlisted: Unlisted::Deny,
             exemptions: Vec::new(),
             configmap_names: Vec::new(),
+            catalog: CatalogOptions::default(),
         }
     }
 }
@@ -720,10 +724,17 @@ impl Finding {
                     }
                 };
                 let release = by.as_ref().and_then(|b| b.provenance.release());
+                let graph = by.as_ref().is_some_and(|b| b.provenance.rank.is_some());
                 let how = match (rule, release) {
                     (TargetRule::Tag, _) => "the promoted digest of that tag".to_owned(),
                     (TargetRule::RewriteTo, _) => "the repository's rewriteTo digest".to_owned(),
                     (TargetRule::SoleDigest, _) => "the repository's promoted digest".to_owned(),
+                    // A catalog's graph ordered the releases, not their versions.
+                    (TargetRule::NewestRelease, Some(release)) if graph => {
+                        format!(
+                            "the digest of the release nearest its channel's head promoting it, {release}"
+                        )
+                    }
                     (TargetRule::NewestRelease, Some(release)) => {
                         format!("the digest of the newest release promoting it, {release}")
                     }

@@ -1149,3 +1149,80 @@ fn the_cluster_timeout_has_its_own_flag_and_the_old_one_warns_once() {
         "{help}"
     );
 }
+
+/// A Pod on a dashboard digest no bundle promotes, judged against the RHOAI
+/// catalog fragment (tests/fixtures/olm/rhods).
+const DASHBOARD_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: dash, namespace: models}\nspec:\n  containers:\n    - name: dashboard\n      image: registry.redhat.io/rhoai/odh-dashboard-rhel9@sha256:0000000000000000000000000000000000000000000000000000000000000000\n    - name: on-3-3-0\n      image: registry.redhat.io/rhoai/odh-dashboard-rhel9@sha256:11c2454cd7265192c90223f7356aba9f4837f2ce1d497add0b1341c9a120932b\n";
+
+#[test]
+fn a_catalog_rewrites_to_the_digest_of_the_bundle_nearest_the_channel_head() {
+    let catalog = path("tests/fixtures/olm/rhods");
+    let run = digest_gate(
+        &["check", "--allowlist", &catalog, "-o", "json", "-f", "-"],
+        Some(DASHBOARD_POD),
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let report = run.json();
+    let images = &report["results"][0]["images"];
+    assert_eq!(images[0]["verdict"], "rewrite", "{images}");
+    assert_eq!(
+        images[0]["rewrite"],
+        "registry.redhat.io/rhoai/odh-dashboard-rhel9@sha256:dc1dc46e9eb9fe228effad2d8b27ef90c6d9b506a29c61f092da4f6140497bb5"
+    );
+    let reason = images[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the release nearest its channel's head promoting it, rhods-operator 3.3.1")
+            && reason.contains(
+                "promoted by catalog package rhods-operator bundle rhods-operator.3.3.1 (channel stable-3.x)"
+            ),
+        "{reason}"
+    );
+    // 3.3.0's digest is promoted: it runs as written, its bundle named.
+    assert_eq!(images[1]["verdict"], "allow");
+    assert_eq!(
+        images[1]["promotions"][0]["origin"],
+        "catalog package rhods-operator bundle rhods-operator.3.3.0 (channel stable-3.x)"
+    );
+    // Another package only: the repository is not promoted at all.
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &catalog,
+            "--catalog-package",
+            "foo",
+            "-f",
+            "-",
+        ],
+        Some(DASHBOARD_POD),
+    );
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("deny"), "{}", run.stdout);
+    // lint names the channels, their heads and the ordering channel.
+    let run = digest_gate(
+        &["allowlist", "lint", &catalog, "--catalog-channel", "fast-3.x"],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for line in [
+        "catalog package rhods-operator: 4 bundle(s) read, 4 promoted; releases ordered by channel fast-3.x",
+        "  channel fast-3.x: 4 entries, head rhods-operator.3.3.1, 3 skipRange(s) (read, not used to order)",
+        "  channel stable-3.x: 6 entries, head rhods-operator.3.4.2, 5 skipRange(s) (read, not used to order)",
+    ] {
+        assert!(run.stdout.lines().any(|l| l == line), "{line}\n{}", run.stdout);
+    }
+    // convert writes the graph's target as rewriteTo, with where it came from.
+    let run = digest_gate(&["allowlist", "convert", &catalog], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let dashboard = run
+        .stdout
+        .split("\n    # from ")
+        .find(|block| block.contains("- name: registry.redhat.io/rhoai/odh-dashboard-rhel9\n"))
+        .unwrap();
+    assert!(
+        dashboard.contains(
+            "# the release nearest its channel's head promoting it, rhods-operator 3.3.1\n      rewriteTo: sha256:dc1dc46e9eb9"
+        ),
+        "{dashboard}"
+    );
+}

@@ -33,6 +33,7 @@ impl Loader {
             name: name.map(str::to_owned),
             version,
             replaces: text("/spec/replaces").map(str::to_owned),
+            rank: None,
         });
         let mut entries = self.promote_list(ctx, csv, ptr, "/spec/relatedImages", "image", provenance);
         if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {

@@ -66,9 +66,14 @@ pub fn to_native_yaml_with(list: &Allowlist, name: &str, sources: &[String], fou
             }
             (None, Some((target, by))) => {
                 let release = by.release().unwrap_or_default();
+                let which = if by.rank.is_some() {
+                    "the release nearest its channel's head promoting it"
+                } else {
+                    "the newest release promoting it"
+                };
                 let _ = write!(
                     out,
-                    "\n      # the newest release promoting it, {release}\n      rewriteTo: {}",
+                    "\n      # {which}, {release}\n      rewriteTo: {}",
                     scalar(target.digest())
                 );
             }

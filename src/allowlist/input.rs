@@ -252,20 +252,46 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
     if !meta.is_dir() {
         return Ok(vec![path.to_owned()]);
     }
-    let entries =
-        std::fs::read_dir(path).map_err(|e| file_error(&name, format!("cannot list directory: {e}")))?;
     let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| file_error(&name, format!("cannot list directory: {e}")))?;
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let p = entry.path();
-        // Follow the kubelet's symlinks to the files behind them.
-        if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
-            files.push(p);
+    walk(path, 0, &mut files)?;
+    Ok(files)
+}
+
+/// How deep a directory's subdirectories are read: a catalog tree is
+/// `configs/<package>/catalog.json`; a symlink loop must end.
+const MAX_DEPTH: usize = 8;
+
+/// A directory's visible files, in name order; then, in its visible
+/// subdirectories, the `*.json`, `*.yaml` and `*.yml` files (a file-based
+/// catalog's tree, which also holds other files), to [`MAX_DEPTH`].
+fn walk(dir: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    let name = dir.display().to_string();
+    let listing = |e: io::Error| file_error(&name, format!("cannot list directory: {e}"));
+    let mut entries: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(listing)? {
+        let entry = entry.map_err(listing)?;
+        if !entry.file_name().to_string_lossy().starts_with('.') {
+            entries.push(entry.path());
         }
     }
-    files.sort();
-    Ok(files)
+    entries.sort();
+    let mut subdirectories = Vec::new();
+    for p in entries {
+        // Follow the kubelet's symlinks to the files behind them.
+        match std::fs::metadata(&p) {
+            Ok(m) if m.is_file() && (depth == 0 || is_document(&p)) => files.push(p),
+            Ok(m) if m.is_dir() && depth < MAX_DEPTH => subdirectories.push(p),
+            _ => {}
+        }
+    }
+    for sub in subdirectories {
+        walk(&sub, depth + 1, files)?;
+    }
+    Ok(())
+}
+
+fn is_document(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e, "json" | "yaml" | "yml"))
 }

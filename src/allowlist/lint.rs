@@ -20,8 +20,12 @@ pub struct Lint {
 pub fn lint(loaded: &Loaded) -> Lint {
     let list = &loaded.allowlist;
     let mut report = promoted_by_source(loaded);
+    report.push_str(&catalogs(loaded));
     let mut warnings: Vec<String> = loaded.warnings.iter().map(|w| format!("warning: {w}")).collect();
     let mut notes = Vec::new();
+    // Repositories whose rewrite target a catalog's graph picks, by
+    // package: one note each, not one per repository (a release lists ~100).
+    let mut by_graph: std::collections::BTreeMap<String, (usize, String)> = Default::default();
     if list.repository_count() == 0 {
         warnings.push("warning: no repositories are promoted; every listed image would be denied".into());
     }
@@ -29,9 +33,17 @@ pub fn lint(loaded: &Loaded) -> Lint {
         match several_digests(list, &repo) {
             Some(Said::Note(line)) => notes.push(line),
             Some(Said::Warning(line)) => warnings.push(line),
+            Some(Said::Graph { package, release }) => {
+                by_graph.entry(package).or_insert((0, release)).0 += 1;
+            }
             None => {}
         }
         notes.extend(platform_images(&repo));
+    }
+    for (package, (n, release)) in by_graph {
+        notes.push(format!(
+            "note: {n} repositories are promoted with different digests by several bundles of {package}: rewrites go to the digest of the bundle nearest its channel's head that promotes one (e.g. {release})"
+        ));
     }
     report.push_str(&format!(
         "total: {} repositories, {} promoted digests, {} mirror rules, {} exemptions\n",
@@ -104,6 +116,45 @@ fn platform_images(repo: &Repository<'_>) -> Vec<String> {
 enum Said {
     Note(String),
     Warning(String),
+    /// The catalog's upgrade graph picks the target, as for the others of
+    /// the package: said once for all.
+    Graph {
+        package: String,
+        release: String,
+    },
+}
+
+/// What each catalog package is: its channels, their heads, and the
+/// channel that orders its releases.
+fn catalogs(loaded: &Loaded) -> String {
+    let mut out = String::new();
+    for p in &loaded.catalogs {
+        let order = p.ordered_by.as_deref().map_or_else(
+            || "no channel orders its releases: by version".to_owned(),
+            |c| format!("releases ordered by channel {c}"),
+        );
+        out.push_str(&format!(
+            "catalog package {}: {} bundle(s) read, {} promoted; {order}\n",
+            p.package, p.bundles, p.promoted_bundles
+        ));
+        for c in &p.channels {
+            let heads = match c.heads.as_slice() {
+                [] => "no head (every entry is replaced or skipped)".to_owned(),
+                [one] => format!("head {one}"),
+                many => format!("{} heads, which opm refuses: {}", many.len(), many.join(", ")),
+            };
+            let ranges = if c.skip_ranges > 0 {
+                format!(", {} skipRange(s) (read, not used to order)", c.skip_ranges)
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "  channel {}: {} entries, {heads}{ranges}\n",
+                c.name, c.entries
+            ));
+        }
+    }
+    out
 }
 
 /// What a repository promoted with several digests needs said: how its
@@ -149,6 +200,10 @@ fn several_digests(list: &Allowlist, repo: &Repository<'_>) -> Option<Said> {
                 "note: {line}: rewriteTo {} decides",
                 short_digest(t.digest())
             )),
+            (None, Some((_, release))) if release.rank.is_some() => Said::Graph {
+                package: release.package.clone().unwrap_or_default(),
+                release: release.name.clone().unwrap_or_default(),
+            },
             (None, Some((_, release))) => Said::Note(format!(
                 "note: {line}: rewrites go to the newest release's, {}",
                 release.release().unwrap_or_default()

@@ -11,6 +11,7 @@ use saphyr_parser::Span;
 use serde_json::Value;
 
 use super::error::{LoadError, LoadErrors, file_error};
+use super::fbc::{Catalog, CatalogOptions, PackageSummary};
 use super::input::{Input, Source, SourceKind, inputs, open_files};
 use super::native::{self, Refused, Sink};
 use super::{Allowlist, Builder, Origin, Provenance};
@@ -30,6 +31,9 @@ pub enum Format {
     ImageSetConfiguration,
     #[strum(serialize = "plain list")]
     PlainList,
+    /// An OLM file-based catalog (`olm.package`, `olm.channel`, `olm.bundle`).
+    #[strum(serialize = "file-based catalog")]
+    Catalog,
     /// A YAML stream holding documents of several of the above.
     #[strum(serialize = "mixed documents")]
     Mixed,
@@ -51,20 +55,41 @@ pub struct Loaded {
     pub sources: Vec<SourceSummary>,
     /// Entries that were skipped, with why (e.g. a CSV image pinned only by tag).
     pub warnings: Vec<LoadError>,
+    /// The packages of the file-based catalogs read: channels, heads, bundles.
+    pub catalogs: Vec<PackageSummary>,
 }
 
-/// Loads and merges every file named, reading directories one level deep and
-/// skipping hidden entries (a mounted ConfigMap's `..data` and friends).
+/// Loads and merges every file named, reading directories (their visible
+/// files, and the `*.json`/`*.yaml` of their subdirectories, as a catalog
+/// tree holds them) and skipping hidden entries (a mounted ConfigMap's
+/// `..data` and friends).
 pub fn load_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Loaded, LoadErrors> {
-    load_sources(inputs(&open_files(paths)?))
+    load_paths_with(paths, &CatalogOptions::default())
+}
+
+/// [`load_paths`], keeping only the catalog packages `catalog` names.
+pub fn load_paths_with<P: AsRef<Path>>(paths: &[P], catalog: &CatalogOptions) -> Result<Loaded, LoadErrors> {
+    load_sources_with(inputs(&open_files(paths)?), catalog)
 }
 
 /// Parses and merges sources, in the order given.
 pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a dyn Input>) -> Result<Loaded, LoadErrors> {
-    let mut loader = Loader::default();
+    load_sources_with(sources, &CatalogOptions::default())
+}
+
+/// [`load_sources`], keeping only the catalog packages `catalog` names.
+pub fn load_sources_with<'a>(
+    sources: impl IntoIterator<Item = &'a dyn Input>,
+    catalog: &CatalogOptions,
+) -> Result<Loaded, LoadErrors> {
+    let mut loader = Loader {
+        catalog_options: catalog.clone(),
+        ..Loader::default()
+    };
     for s in sources {
         loader.source(s);
     }
+    loader.promote_catalog();
     if loader.errors.is_empty() {
         Ok(loader.finish())
     } else {
@@ -88,11 +113,15 @@ pub fn load_text(name: &str, text: &str) -> Result<Loaded, LoadErrors> {
 #[derive(Default)]
 pub(super) struct Loader {
     pub(super) builder: Builder,
-    sources: Vec<SourceSummary>,
+    pub(super) sources: Vec<SourceSummary>,
     pub(super) errors: Vec<LoadError>,
     pub(super) warnings: Vec<LoadError>,
     /// What the source being read is.
     pub(super) kind: SourceKind,
+    /// The catalog blobs read so far, promoted once every source is read.
+    pub(super) catalog: Catalog,
+    pub(super) catalog_options: CatalogOptions,
+    pub(super) catalogs: Vec<PackageSummary>,
 }
 
 /// Where in a structured document an entry is.
@@ -148,6 +177,7 @@ impl Loader {
             allowlist: self.builder.build(),
             sources: self.sources,
             warnings: self.warnings,
+            catalogs: self.catalogs,
         }
     }
 
@@ -183,10 +213,22 @@ impl Loader {
         // mapping's keys are known only at its end); a file that may hold
         // one is read as trees, which costs memory, never correctness.
         let mut merges = false;
+        // JSON objects one after another with OLM schemas: a catalog as
+        // opm renders it, which is not one YAML document.
+        let mut first: Option<bool> = None;
+        let mut catalog = false;
         stream::for_each_line(open()?, |line| {
             structured = structured || is_structured(line);
             merges = merges || line.contains("<<");
+            let t = line.trim_start();
+            if first.is_none() && !t.is_empty() && !t.starts_with('#') {
+                first = Some(t.starts_with('{'));
+            }
+            catalog = catalog || is_catalog_schema(t);
         })?;
+        if first == Some(true) && catalog {
+            return self.catalog_json(file, open()?);
+        }
         if structured {
             self.structured(file, open()?, !merges)
         } else {
@@ -353,6 +395,9 @@ impl Loader {
             }
         };
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        if kind.is_empty() && obj.contains_key("schema") {
+            return self.catalog_document(ctx, value, ptr);
+        }
         match kind {
             "Allowlist" => {
                 let api = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
@@ -449,26 +494,35 @@ impl Loader {
     /// list images pinned only by tag, which cannot be promoted: skip them
     /// with a warning rather than refuse the operator's whole list.
     pub(super) fn promote_image(&mut self, ctx: &Ctx<'_>, image: &str, ptr: &str, provenance: u32) -> usize {
+        self.promote_at(image, &ctx.origin(ptr, provenance), |message| {
+            ctx.error(ptr, message)
+        })
+    }
+
+    /// [`Loader::promote_image`] at `origin`, problems located by `error`.
+    pub(super) fn promote_at(
+        &mut self,
+        image: &str,
+        origin: &Origin,
+        error: impl Fn(String) -> LoadError,
+    ) -> usize {
         match promotable(image) {
             Ok((repo, digest, tag)) => {
                 let tags: Vec<&str> = tag.into_iter().collect();
-                match self
-                    .builder
-                    .promote(&repo, digest, &tags, &ctx.origin(ptr, provenance))
-                {
+                match self.builder.promote(&repo, digest, &tags, origin) {
                     Ok(()) => 1,
                     Err(c) => {
-                        self.errors.push(ctx.error(ptr, c.to_string()));
+                        self.errors.push(error(c.to_string()));
                         0
                     }
                 }
             }
             Err(message) if reference::parse(image).is_ok() => {
-                self.warnings.push(ctx.error(ptr, format!("{message}; skipped")));
+                self.warnings.push(error(format!("{message}; skipped")));
                 0
             }
             Err(message) => {
-                self.errors.push(ctx.error(ptr, message));
+                self.errors.push(error(message));
                 0
             }
         }
@@ -504,12 +558,24 @@ fn unsupported_api(api: &str) -> String {
 fn is_structured(line: &str) -> bool {
     let t = line.trim_start();
     t.starts_with('{')
+        || is_catalog_schema(t)
         || ["apiVersion", "kind", "\"apiVersion\"", "\"kind\""]
             .iter()
             .any(|k| {
                 t.strip_prefix(k)
                     .is_some_and(|rest| rest.trim_start().starts_with(':'))
             })
+}
+
+/// Whether a line (trimmed at its start) names an OLM catalog schema:
+/// `schema: olm.bundle`, `"schema": "olm.channel"`.
+fn is_catalog_schema(t: &str) -> bool {
+    let rest = t
+        .strip_prefix("schema")
+        .or_else(|| t.strip_prefix("\"schema\""))
+        .or_else(|| t.strip_prefix("{\"schema\""));
+    rest.and_then(|r| r.trim_start().strip_prefix(':'))
+        .is_some_and(|v| v.trim_start().trim_start_matches(['"', '\'']).starts_with("olm."))
 }
 
 #[cfg(test)]

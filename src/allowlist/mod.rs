@@ -8,10 +8,12 @@
 //! (one shared name per repository, digests scanned in place until a
 //! repository has many), so a 10,000-repository list stays a few MiB.
 
+mod catalog;
 mod csv;
 mod emit;
 mod error;
 mod exempt;
+mod fbc;
 mod imageset;
 mod input;
 mod lint;
@@ -30,12 +32,15 @@ use hashbrown::HashTable;
 pub use emit::{Found, to_native_yaml, to_native_yaml_with};
 pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
+pub use fbc::{CatalogOptions, ChannelSummary, PackageSummary};
 pub use input::{
     INSTALLED_PREFIX, Input, OpenFile, Source, SourceKind, configmap_sources, inputs, open_files,
     source_files,
 };
 pub use lint::{Lint, lint};
-pub use load::{Format, Loaded, SourceSummary, load_paths, load_sources, load_text};
+pub use load::{
+    Format, Loaded, SourceSummary, load_paths, load_paths_with, load_sources, load_sources_with, load_text,
+};
 
 /// Where an entry came from, for conflict messages and provenance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +70,10 @@ pub struct Provenance {
     pub name: Option<String>,
     /// The CSV this one replaces (`spec.replaces`).
     pub replaces: Option<String>,
+    /// A catalog bundle's place in its package's ordering channel: greater
+    /// is nearer the channel's head along `replaces`/`skips`. It orders
+    /// releases before their versions do ([`Provenance::recency`]).
+    pub rank: Option<u32>,
 }
 
 impl Provenance {
@@ -77,7 +86,22 @@ impl Provenance {
             package: None,
             name: None,
             replaces: None,
+            rank: None,
         }
+    }
+
+    /// How recent a release is, to compare releases of one package: a
+    /// catalog's upgrade graph first (a bundle on the ordering channel is
+    /// more recent than one off it, and nearer the head more recent still),
+    /// then the version. What is not a release compares least.
+    pub fn recency(&self) -> (Option<u32>, Option<&semver::Version>) {
+        (self.rank, self.version.as_ref())
+    }
+
+    /// Whether it orders among releases: a package, and a version or a
+    /// place in a catalog's graph.
+    fn is_release(&self) -> bool {
+        self.package.is_some() && (self.version.is_some() || self.rank.is_some())
     }
 
     /// `rhods-operator 1.21.0`: the release, as short messages name it.
@@ -441,7 +465,7 @@ impl<'a> Candidates<'a> {
         }
         // Stable: sources without a release keep their load order, after
         // the releases.
-        out.sort_by(|a, b| b.0.version.cmp(&a.0.version));
+        out.sort_by(|a, b| b.0.recency().cmp(&a.0.recency()));
         out
     }
 
@@ -449,7 +473,7 @@ impl<'a> Candidates<'a> {
     /// first loaded), without gathering them all: what a rewrite names.
     pub fn newest_promotion(&self, digest: &str) -> Option<(&'a Arc<Provenance>, u32)> {
         self.sources(digest).reduce(|best, next| {
-            if next.0.version > best.0.version {
+            if next.0.recency() > best.0.recency() {
                 next
             } else {
                 best
@@ -487,21 +511,21 @@ impl<'a> Candidates<'a> {
         for &p in &digests {
             let mut newest: Option<&Arc<Provenance>> = None;
             for (provenance, _) in self.sources_of(p) {
-                let (Some(pkg), Some(version)) = (provenance.package.as_deref(), &provenance.version) else {
+                let Some(pkg) = provenance.package.as_deref().filter(|_| provenance.is_release()) else {
                     continue;
                 };
                 if *package.get_or_insert(pkg) != pkg {
                     return None;
                 }
-                if newest.is_none_or(|n| n.version.as_ref().is_some_and(|v| version > v)) {
+                if newest.is_none_or(|n| provenance.recency() > n.recency()) {
                     newest = Some(provenance);
                 }
             }
             // A digest no release of the package promotes: no order.
             let newest = newest?;
             match best {
-                Some((_, b)) if b.version == newest.version => tied = true,
-                Some((_, b)) if b.version > newest.version => {}
+                Some((_, b)) if b.recency() == newest.recency() => tied = true,
+                Some((_, b)) if b.recency() > newest.recency() => {}
                 _ => {
                     best = Some((p, newest));
                     tied = false;
@@ -1397,6 +1421,7 @@ mod tests {
                 version: Some(semver::Version::parse(version).unwrap()),
                 name: Some(name.into()),
                 replaces: replaces.map(Into::into),
+                rank: None,
                 ..Provenance::of("csv.yaml".into(), format!("ClusterServiceVersion {name}"))
             });
             Origin {

@@ -65,9 +65,14 @@ pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), SupplyError> {
 /// Loads allowlist sources and then the installed CSVs, as one allowlist:
 /// what the supply puts in force (from the files, read as they are
 /// parsed), and what `/validate-allowlist` checks an edit by.
-pub fn merge<T: Input>(sources: &[T], installed: Option<&[Source]>) -> Result<Loaded, LoadErrors> {
-    allowlist::load_sources(
+pub fn merge<T: Input>(
+    sources: &[T],
+    installed: Option<&[Source]>,
+    policy: &Policy,
+) -> Result<Loaded, LoadErrors> {
+    allowlist::load_sources_with(
         allowlist::inputs(sources).chain(allowlist::inputs(installed.unwrap_or_default())),
+        &policy.catalog,
     )
 }
 
@@ -152,7 +157,7 @@ fn load<T: Input>(
     policy: &Policy,
     waiting: bool,
 ) -> Result<Loaded, SupplyError> {
-    let loaded = merge(files, installed)?;
+    let loaded = merge(files, installed, policy)?;
     if !waiting {
         usable(&loaded, policy)?;
     }
@@ -409,6 +414,25 @@ mod tests {
             text: std::fs::read_to_string(path).unwrap(),
             kind: crate::allowlist::SourceKind::InstalledCsv,
         }
+    }
+
+    #[test]
+    fn a_catalog_is_filtered_by_the_policys_packages_wherever_the_supply_loads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/olm/rhods");
+        let files = allowlist::open_files(&[dir]).unwrap();
+        let with = |packages: &[&str]| Policy {
+            catalog: allowlist::CatalogOptions {
+                packages: packages.iter().map(|p| (*p).to_owned()).collect(),
+                channel: None,
+            },
+            ..Policy::default()
+        };
+        let all = merge(&files, None, &with(&[])).unwrap();
+        assert_eq!(all.allowlist.repository_count(), 107);
+        // Another package: nothing promoted, which a reload refuses.
+        let other = with(&["foo"]);
+        assert_eq!(merge(&files, None, &other).unwrap().allowlist.repository_count(), 0);
+        assert!(matches!(load(&files, None, &other, false), Err(SupplyError::Empty)));
     }
 
     /// A supply as `serve` starts it, over one allowlist file (`text`), and
