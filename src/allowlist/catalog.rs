@@ -17,16 +17,13 @@
 //! text is held while it is read, nothing after), and only the fields used
 //! are kept of the packages kept.
 
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::io::{self, BufRead, Read};
-use std::rc::Rc;
+use std::io::{self, BufRead};
 use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::error::LoadError;
 use super::fbc::{BundleBlob, Catalog, ChannelBlob, Entry, PackageSummary, distances, summarize};
@@ -129,91 +126,134 @@ impl<'de> Deserialize<'de> for Scalar {
 
 // === JSON, one blob at a time, with the line each starts on ===
 
-/// Where the reader is: the current line, and the line of the first byte
-/// that is not white space since [`Lines::arm`].
-#[derive(Default)]
-struct Position {
-    line: Cell<usize>,
-    start: Cell<Option<usize>>,
-    armed: Cell<bool>,
-}
-
-/// A reader that counts lines for the blobs' positions. serde_json reads
-/// it a byte at a time, and never further than the byte after a value.
-struct Lines<R> {
+/// Splits JSON text into its top-level values without parsing them: the
+/// bytes of one value at a time, and the line it starts on. Only string,
+/// escape and bracket state is tracked, so serde_json then parses each value
+/// from a slice (its fast path) instead of a reader a byte at a time.
+struct Blobs<R> {
     inner: R,
-    at: Rc<Position>,
+    /// The current line, 1-based.
+    line: usize,
+    /// The value being split off.
+    buf: Vec<u8>,
 }
 
-impl<R: BufRead> Read for Lines<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let available = self.inner.fill_buf()?;
-        let n = available.len().min(buf.len());
-        let at = &self.at;
-        for &b in &available[..n] {
-            if at.armed.get() && !b.is_ascii_whitespace() {
-                at.start.set(Some(at.line.get()));
-                at.armed.set(false);
+/// Where the splitter is inside a value.
+#[derive(Default)]
+struct Split {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl<R: BufRead> Blobs<R> {
+    /// The next value's bytes (in `self.buf`) and the line it starts on;
+    /// at the end of the text, a value cut short is returned as it is (its
+    /// parse says where it broke), and then `None`.
+    fn next(&mut self) -> io::Result<Option<usize>> {
+        self.buf.clear();
+        let mut start: Option<usize> = None;
+        let mut at = Split::default();
+        loop {
+            let chunk = self.inner.fill_buf()?;
+            if chunk.is_empty() {
+                return Ok(start);
             }
-            if b == b'\n' {
-                at.line.set(at.line.get() + 1);
+            let (used, from, done) = scan(chunk, &mut at, &mut start, &mut self.line);
+            if let Some(from) = from {
+                self.buf.extend_from_slice(&chunk[from..used]);
+            }
+            self.inner.consume(used);
+            if done {
+                return Ok(start);
             }
         }
-        buf[..n].copy_from_slice(&available[..n]);
-        self.inner.consume(n);
-        Ok(n)
     }
 }
 
-impl Position {
-    fn arm(&self) {
-        self.start.set(None);
-        self.armed.set(true);
+/// Scans `chunk` for the end of the value that starts (or started) in it:
+/// (bytes used, where the value's bytes start in the chunk, whether it
+/// ended). White space before a value is skipped; a top-level scalar ends
+/// at white space.
+fn scan(
+    chunk: &[u8],
+    at: &mut Split,
+    start: &mut Option<usize>,
+    line: &mut usize,
+) -> (usize, Option<usize>, bool) {
+    let mut from = start.map(|_| 0);
+    for (i, &b) in chunk.iter().enumerate() {
+        if b == b'\n' {
+            *line += 1;
+        }
+        if start.is_none() {
+            if b.is_ascii_whitespace() {
+                continue;
+            }
+            *start = Some(*line);
+            from = Some(i);
+        }
+        if at.in_string {
+            if at.escaped {
+                at.escaped = false;
+            } else if b == b'\\' {
+                at.escaped = true;
+            } else if b == b'"' {
+                at.in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => at.in_string = true,
+            b'{' | b'[' => at.depth += 1,
+            b'}' | b']' => {
+                at.depth = at.depth.saturating_sub(1);
+                if at.depth == 0 {
+                    return (i + 1, from, true);
+                }
+            }
+            _ if at.depth == 0 && b.is_ascii_whitespace() => {
+                // Not used: the next call counts this line ending again.
+                if b == b'\n' {
+                    *line -= 1;
+                }
+                return (i, from, true);
+            }
+            _ => {}
+        }
     }
-
-    /// Where the blob just read started.
-    fn start(&self) -> usize {
-        self.start.get().unwrap_or_else(|| self.line.get())
-    }
+    (chunk.len(), from, false)
 }
 
 // === impl Loader ===
 
 impl Loader {
-    /// A JSON catalog: objects one after another, each read, judged and
-    /// dropped before the next. A syntax error ends the file (nothing after
-    /// it can be placed); a blob of the wrong shape is named and skipped.
+    /// A JSON catalog: objects one after another, each split off, parsed,
+    /// kept if it is wanted and dropped before the next. A syntax error
+    /// ends the file (nothing after it can be placed); a blob of the wrong
+    /// shape is named and skipped.
     pub(super) fn catalog_json(
         &mut self,
         file: &str,
         text: Box<dyn BufRead + '_>,
     ) -> Result<(Format, usize), Failure> {
         let shared: Arc<str> = file.into();
-        let at = Rc::new(Position::default());
-        at.line.set(1);
-        let lines = Lines {
+        let mut blobs = Blobs {
             inner: text,
-            at: at.clone(),
+            line: 1,
+            buf: Vec::new(),
         };
-        let mut blobs = serde_json::Deserializer::from_reader(lines).into_iter::<Box<RawValue>>();
-        loop {
-            at.arm();
-            let Some(next) = blobs.next() else {
-                break;
-            };
-            let line = at.start();
-            match next {
-                Ok(raw) => match serde_json::from_str::<Blob>(raw.get()) {
-                    Ok(blob) => self.catalog_blob(&shared, blob, line),
-                    Err(e) => self
-                        .errors
-                        .push(blob_error(file, line + e.line().saturating_sub(1), &e)),
-                },
-                Err(e) if e.is_io() => return Err(Failure::Read(io::Error::other(e.to_string()))),
+        while let Some(line) = blobs.next().map_err(Failure::Read)? {
+            match serde_json::from_slice::<Blob>(&blobs.buf) {
+                Ok(blob) => self.catalog_blob(&shared, blob, line),
+                Err(e) if e.is_data() => {
+                    self.errors
+                        .push(blob_error(file, line + e.line().saturating_sub(1), &e));
+                }
                 Err(e) => {
                     self.errors.push(LoadError {
                         file: file.to_owned(),
-                        line: Some(e.line()),
+                        line: Some(line + e.line().saturating_sub(1)),
                         entry: None,
                         message: format!("not valid JSON: {e}"),
                     });
@@ -718,6 +758,33 @@ mod tests {
             .0;
         assert_eq!(opening, 0);
         assert_eq!(line as usize, nth + 1);
+    }
+
+    #[test]
+    fn the_splitter_finds_each_value_and_its_line_in_any_chunks() {
+        // Brackets and quotes inside strings, escapes, values on one line,
+        // a top-level scalar, a value cut short at the end.
+        let text = "\n{\"a\": \"}{\\\"[\"}\n{\"b\":\n [1, {\"c\": \"\\\\\"}]}{\"d\":1}\n\n  7\n{\"e\": \"x";
+        let want: Vec<(usize, &str)> = vec![
+            (2, "{\"a\": \"}{\\\"[\"}"),
+            (3, "{\"b\":\n [1, {\"c\": \"\\\\\"}]}"),
+            (4, "{\"d\":1}"),
+            (6, "7"),
+            (7, "{\"e\": \"x"),
+        ];
+        for chunk in 1..9 {
+            let mut blobs = Blobs {
+                inner: std::io::BufReader::with_capacity(chunk, text.as_bytes()),
+                line: 1,
+                buf: Vec::new(),
+            };
+            let mut got = Vec::new();
+            while let Some(line) = blobs.next().unwrap() {
+                got.push((line, String::from_utf8(blobs.buf.clone()).unwrap()));
+            }
+            let got: Vec<(usize, &str)> = got.iter().map(|(l, b)| (*l, b.as_str())).collect();
+            assert_eq!(got, want, "chunks of {chunk}");
+        }
     }
 
     #[test]

@@ -217,7 +217,7 @@ impl Loader {
         // opm renders it, which is not one YAML document.
         let mut first: Option<bool> = None;
         let mut catalog = false;
-        stream::for_each_line(open()?, |line| {
+        stream::lines_while(open()?, |line| {
             structured = structured || is_structured(line);
             merges = merges || line.contains("<<");
             let t = line.trim_start();
@@ -225,6 +225,9 @@ impl Loader {
                 first = Some(t.starts_with('{'));
             }
             catalog = catalog || is_catalog_schema(t);
+            // A JSON catalog is told by its first blob: no need to read
+            // hundreds of MiB twice.
+            !(first == Some(true) && catalog)
         })?;
         if first == Some(true) && catalog {
             return self.catalog_json(file, open()?);

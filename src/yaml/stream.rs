@@ -146,7 +146,16 @@ impl<R: BufRead> Iterator for Chars<R> {
 /// The lines of UTF-8 text read from `R`, without their line ending (`\n`
 /// or `\r\n`), as [`str::lines`] gives them. Stops at the first read error
 /// or line that is not UTF-8, with the failure.
-pub fn for_each_line<R: BufRead>(mut reader: R, mut f: impl FnMut(&str)) -> Result<(), Failure> {
+pub fn for_each_line<R: BufRead>(reader: R, mut f: impl FnMut(&str)) -> Result<(), Failure> {
+    lines_while(reader, |l| {
+        f(l);
+        true
+    })
+}
+
+/// [`for_each_line`] while `f` says to go on: a scan that has seen what it
+/// looks for need not read the rest of a large file.
+pub fn lines_while<R: BufRead>(mut reader: R, mut f: impl FnMut(&str) -> bool) -> Result<(), Failure> {
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -163,7 +172,9 @@ pub fn for_each_line<R: BufRead>(mut reader: R, mut f: impl FnMut(&str)) -> Resu
                 end -= 1;
             }
         }
-        f(std::str::from_utf8(&line[..end]).map_err(|_| Failure::NotUtf8)?);
+        if !f(std::str::from_utf8(&line[..end]).map_err(|_| Failure::NotUtf8)?) {
+            return Ok(());
+        }
     }
 }
 
