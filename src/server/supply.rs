@@ -431,8 +431,14 @@ mod tests {
         assert_eq!(all.allowlist.repository_count(), 107);
         // Another package: nothing promoted, which a reload refuses.
         let other = with(&["foo"]);
-        assert_eq!(merge(&files, None, &other).unwrap().allowlist.repository_count(), 0);
-        assert!(matches!(load(&files, None, &other, false), Err(SupplyError::Empty)));
+        assert_eq!(
+            merge(&files, None, &other).unwrap().allowlist.repository_count(),
+            0
+        );
+        assert!(matches!(
+            load(&files, None, &other, false),
+            Err(SupplyError::Empty)
+        ));
     }
 
     /// A supply as `serve` starts it, over one allowlist file (`text`), and

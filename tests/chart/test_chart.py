@@ -833,3 +833,27 @@ def test_registry_verification_flags_mounts_and_egress():
 def test_registry_verification_ca_mistakes_are_refused(values, message):
     with pytest.raises(Exception, match=message):
         render({"allowlist": {"verifyRegistry": {"enabled": True, **values}}})
+
+
+def test_a_catalog_mounted_beside_the_configmap_is_an_allowlist_path_with_its_filters():
+    values = {"allowlist": {"extraPaths": ["/var/lib/catalog/configs"],
+                            "catalog": {"packages": ["rhods-operator"], "channel": "stable-3.x"}},
+              "extraVolumes": [{"name": "catalog", "persistentVolumeClaim": {"claimName": "operator-catalog"}}],
+              "extraVolumeMounts": [{"name": "catalog", "mountPath": "/var/lib/catalog", "readOnly": True}]}
+    objects = render(values)
+    argv = args(objects)
+    assert [a for a in argv if a.startswith(("--allowlist", "--catalog"))] == [
+        "--allowlist=/etc/digest-gate/allowlist", "--allowlist=/var/lib/catalog/configs",
+        "--catalog-package=rhods-operator", "--catalog-channel=stable-3.x"]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "catalog", "persistentVolumeClaim": {"claimName": "operator-catalog"}} in pod["volumes"]
+    assert {"name": "catalog", "mountPath": "/var/lib/catalog", "readOnly": True} in container(objects)["volumeMounts"]
+    for obj in objects:
+        if obj["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(obj, "1.27", strict=True)
+    help_text = subprocess.run([str(binary()), "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ("--catalog-package", "--catalog-channel"):
+        assert re.search(rf"\s{flag}[\s<=]", help_text), flag
+    # Relative paths would name the container's working directory: refused.
+    with pytest.raises(Exception, match="extraPaths"):
+        render({"allowlist": {"extraPaths": ["configs"]}})
