@@ -523,6 +523,22 @@ mod tests {
             .collect()
     }
 
+    fn source(name: &str, text: String) -> Source {
+        Source {
+            name: name.to_owned(),
+            text,
+            kind: Default::default(),
+        }
+    }
+
+    /// What loading one text says is wrong with it.
+    fn errors_of(name: &str, text: &str) -> Vec<String> {
+        let errors = load(&[source(name, text.to_owned())], &CatalogOptions::default())
+            .unwrap_err()
+            .0;
+        errors.iter().map(ToString::to_string).collect()
+    }
+
     fn load(sources: &[Source], options: &CatalogOptions) -> Result<Loaded, LoadErrors> {
         load_sources_with(sources.iter().map(|s| s as &dyn crate::allowlist::Input), options)
     }
@@ -663,11 +679,7 @@ mod tests {
         let pinned = format!(
             "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nmetadata: {{name: pin}}\nspec:\n  repositories:\n    - name: {DASHBOARD}\n      digests: [{D300}]\n      rewriteTo: {D300}\n"
         );
-        sources.push(Source {
-            name: "pin.yaml".into(),
-            text: pinned,
-            kind: Default::default(),
-        });
+        sources.push(source("pin.yaml", pinned));
         let loaded = load(&sources, &CatalogOptions::default()).unwrap();
         assert_eq!(
             loaded
@@ -683,11 +695,7 @@ mod tests {
     #[test]
     fn a_package_filter_keeps_only_its_packages() {
         let mut sources = rhods();
-        sources.push(Source {
-            name: "foo.yaml".into(),
-            text: fixture("foo.yaml"),
-            kind: Default::default(),
-        });
+        sources.push(source("foo.yaml", fixture("foo.yaml")));
         let only_foo = CatalogOptions {
             packages: vec!["foo".into()],
             ..Default::default()
@@ -730,11 +738,7 @@ mod tests {
         let yaml = rhods();
         let json: Vec<Source> = yaml
             .iter()
-            .map(|s| Source {
-                name: s.name.replace(".yaml", ".json"),
-                text: as_json(&s.text),
-                kind: Default::default(),
-            })
+            .map(|s| source(&s.name.replace(".yaml", ".json"), as_json(&s.text)))
             .collect();
         let from_yaml = load(&yaml, &CatalogOptions::default()).unwrap();
         let from_json = load(&json, &CatalogOptions::default()).unwrap();
@@ -790,17 +794,7 @@ mod tests {
     #[test]
     fn malformed_blobs_are_named_by_file_and_line_and_the_rest_is_read() {
         let yaml = "schema: olm.package\nname: p\ndefaultChannel: c\n---\nschema: olm.channel\npackage: p\nname: c\nentries: nope\n---\nschema: olm.bundle\nname: p.v1\n---\nschema: olm.channel\npackage: p\nname: d\nentries: [{name: p.v1}]\n";
-        let errors = load(
-            &[Source {
-                name: "c.yaml".into(),
-                text: yaml.into(),
-                kind: Default::default(),
-            }],
-            &CatalogOptions::default(),
-        )
-        .unwrap_err()
-        .0;
-        let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let said = errors_of("c.yaml", yaml);
         assert_eq!(said.len(), 2, "{said:#?}");
         assert!(
             said[0].starts_with("c.yaml:5: not a catalog blob: invalid type: string \"nope\""),
@@ -809,17 +803,7 @@ mod tests {
         assert_eq!(said[1], "c.yaml:10: an olm.bundle blob needs 'package'");
         // In JSON too, where the blob's line is where it starts.
         let json = "{\"schema\": \"olm.package\", \"name\": \"p\"}\n{\"schema\": \"olm.channel\",\n \"package\": \"p\", \"name\": \"c\",\n \"entries\": 7}\n{\"schema\": \"olm.bundle\", \"package\": \"p\"}\n";
-        let errors = load(
-            &[Source {
-                name: "c.json".into(),
-                text: json.into(),
-                kind: Default::default(),
-            }],
-            &CatalogOptions::default(),
-        )
-        .unwrap_err()
-        .0;
-        let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let said = errors_of("c.json", json);
         assert_eq!(said.len(), 2, "{said:#?}");
         assert!(
             said[0].starts_with("c.json:4: not a catalog blob: invalid type: integer `7`"),
@@ -828,19 +812,10 @@ mod tests {
         assert_eq!(said[1], "c.json:5: an olm.bundle blob needs 'name'");
         // A syntax error ends the file, where it is.
         let broken = "{\"schema\": \"olm.package\", \"name\": \"p\"}\n{\"schema\": \"olm.channel\",\n";
-        let errors = load(
-            &[Source {
-                name: "b.json".into(),
-                text: broken.into(),
-                kind: Default::default(),
-            }],
-            &CatalogOptions::default(),
-        )
-        .unwrap_err()
-        .0;
+        let errors = errors_of("b.json", broken);
         assert_eq!(errors.len(), 1);
         assert!(
-            errors[0].to_string().starts_with("b.json:3: not valid JSON: EOF"),
+            errors[0].starts_with("b.json:3: not valid JSON: EOF"),
             "{}",
             errors[0]
         );
