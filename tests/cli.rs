@@ -1184,11 +1184,14 @@ fn a_catalog_rewrites_to_the_digest_of_the_bundle_nearest_the_channel_head() {
         "catalog package rhods-operator bundle rhods-operator.3.3.0 (channel stable-3.x)"
     );
     // Another package only: the repository is not promoted at all.
+    let foo = path("tests/fixtures/olm/foo.yaml");
     let run = digest_gate(
         &[
             "check",
             "--allowlist",
             &catalog,
+            "--allowlist",
+            &foo,
             "--catalog-package",
             "foo",
             "-f",
@@ -1198,6 +1201,27 @@ fn a_catalog_rewrites_to_the_digest_of_the_bundle_nearest_the_channel_head() {
     );
     assert_eq!(run.code, 1);
     assert!(run.stdout.contains("deny"), "{}", run.stdout);
+    // A package no catalog has: the allowlist cannot be used.
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &catalog,
+            "--catalog-package",
+            "rhods",
+            "-f",
+            "-",
+        ],
+        Some(DASHBOARD_POD),
+    );
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains(
+            "--catalog-package: no catalog read has a package named 'rhods' (it has rhods-operator)"
+        ),
+        "{}",
+        run.stderr
+    );
     // lint names the channels, their heads and the ordering channel.
     let run = digest_gate(
         &["allowlist", "lint", &catalog, "--catalog-channel", "fast-3.x"],

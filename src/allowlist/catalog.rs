@@ -293,6 +293,15 @@ impl Loader {
                 .filter(|s| !s.is_empty())
                 .ok_or_else(|| error(format!("an {} blob needs '{what}'", blob.schema)))
         };
+        let named = match blob.schema.as_str() {
+            "olm.package" => blob.name.as_ref(),
+            _ => blob.package.as_ref(),
+        };
+        if let Some(package) = named
+            && !self.catalog.seen.contains(package)
+        {
+            self.catalog.seen.insert(package.clone());
+        }
         match blob.schema.as_str() {
             "olm.package" => match required(blob.name, "name") {
                 Ok(name) if self.catalog_options.keeps(&name) => {
@@ -350,6 +359,23 @@ impl Loader {
     /// which may be in a file read after it.
     pub(super) fn promote_catalog(&mut self) {
         let catalog = std::mem::take(&mut self.catalog);
+        // Named packages no catalog read has: a typo would leave every
+        // image of the operator unpromoted.
+        if !catalog.seen.is_empty() {
+            for wanted in &self.catalog_options.packages {
+                if !catalog.seen.contains(wanted) {
+                    self.errors.push(LoadError {
+                        file: "--catalog-package".into(),
+                        line: None,
+                        entry: None,
+                        message: format!(
+                            "no catalog read has a package named '{wanted}' (it has {})",
+                            catalog.seen.iter().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    });
+                }
+            }
+        }
         if catalog.channels.is_empty() && catalog.bundles.is_empty() && catalog.default_channels.is_empty() {
             return;
         }
@@ -819,6 +845,26 @@ mod tests {
             "{}",
             errors[0]
         );
+    }
+
+    #[test]
+    fn a_package_no_catalog_has_is_an_error() {
+        let typo = CatalogOptions {
+            packages: vec!["rhods-operatr".into()],
+            ..Default::default()
+        };
+        let errors = load(&rhods(), &typo).unwrap_err().0;
+        assert_eq!(
+            errors[0].to_string(),
+            "--catalog-package: no catalog read has a package named 'rhods-operatr' (it has rhods-operator)"
+        );
+        // Without any catalog the flag names nothing to check (it may be
+        // set for every command, beside allowlists of other formats).
+        let native = source(
+            "n.yaml",
+            "apiVersion: digest-gate.dev/v1alpha1\nkind: Allowlist\nmetadata: {name: n}\nspec: {repositories: []}\n".into(),
+        );
+        assert!(load(&[native], &typo).is_ok());
     }
 
     #[test]

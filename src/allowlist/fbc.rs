@@ -54,6 +54,9 @@ pub(super) struct Catalog {
     pub(super) default_channels: BTreeMap<String, Option<String>>,
     pub(super) channels: Vec<ChannelBlob>,
     pub(super) bundles: Vec<BundleBlob>,
+    /// Every package a blob named, kept or not: a `--catalog-package` that
+    /// names none of them is a mistake worth saying.
+    pub(super) seen: std::collections::BTreeSet<String>,
 }
 
 pub(super) struct ChannelBlob {

@@ -418,8 +418,8 @@ mod tests {
 
     #[test]
     fn a_catalog_is_filtered_by_the_policys_packages_wherever_the_supply_loads() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/olm/rhods");
-        let files = allowlist::open_files(&[dir]).unwrap();
+        let olm = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/olm");
+        let files = allowlist::open_files(&[format!("{olm}/rhods"), format!("{olm}/foo.yaml")]).unwrap();
         let with = |packages: &[&str]| Policy {
             catalog: allowlist::CatalogOptions {
                 packages: packages.iter().map(|p| (*p).to_owned()).collect(),
@@ -429,7 +429,10 @@ mod tests {
         };
         let all = merge(&files, None, &with(&[])).unwrap();
         assert_eq!(all.allowlist.repository_count(), 107);
-        // Another package: nothing promoted, which a reload refuses.
+        // Another package (foo lists its images by tag only): nothing
+        // promoted, which a reload refuses; a package no catalog has is an
+        // error of the allowlist.
+        assert!(merge(&files, None, &with(&["bar"])).is_err());
         let other = with(&["foo"]);
         assert_eq!(
             merge(&files, None, &other).unwrap().allowlist.repository_count(),

@@ -114,7 +114,12 @@ impl Verifier {
             if round == Round::Everything {
                 next = tokio::time::Instant::now() + self.flags.verify_interval;
             }
-            self.round(&list, round).await;
+            // A round against a slow registry may take minutes: a stop
+            // does not wait for it.
+            tokio::select! {
+                () = self.round(&list, round) => {}
+                () = stop.cancelled() => return,
+            }
             published.store(Arc::new(publish(&list, &self.known)));
             self.metrics.set(counts(&list, &self.known));
             round = loop {
