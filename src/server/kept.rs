@@ -16,6 +16,10 @@ use crate::allowlist::{Input, OpenFile};
 /// Why the kept copy cannot be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum KeptError {
+    #[error(
+        "the allowlist is {bytes} bytes, more than the {max} kept in --state-dir (a catalog on a volume of its own needs no copy); a restart that finds it broken has no copy to fall back on"
+    )]
+    TooLarge { bytes: u64, max: u64 },
     #[error("cannot keep the last good allowlist in {}: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -47,6 +51,7 @@ impl KeptError {
             Self::Header { .. } => "header",
             Self::Layout { .. } => "layout",
             Self::Damaged { .. } => "damaged",
+            Self::TooLarge { .. } => "too_large",
         }
     }
 }
@@ -75,6 +80,13 @@ const KEPT_FORMAT: u32 = 1;
 /// The longest first line read: far more than any list of file names.
 const KEPT_HEADER_MAX: u64 = 1024 * 1024;
 
+/// The most allowlist text kept. The chart's state directory is an emptyDir
+/// of 16 MiB, and a volume over its sizeLimit gets the pod evicted: with the
+/// copy being written beside the previous one, half of it. A file-based
+/// catalog mounted beside the ConfigMap can be hundreds of MiB; it lives on
+/// a volume of its own and is not copied.
+pub const MAX_KEPT_BYTES: u64 = 8 * 1024 * 1024;
+
 // === impl LastGood ===
 
 impl LastGood {
@@ -88,6 +100,16 @@ impl LastGood {
     /// then renamed), so a crash mid-write leaves the old copy.
     pub fn save(&self, files: &[OpenFile]) -> Result<(), KeptError> {
         use std::io::Write;
+        let bytes: u64 = files.iter().map(OpenFile::bytes).sum();
+        if bytes > MAX_KEPT_BYTES {
+            // A copy of an older allowlist would be served after a restart
+            // as if it were the last good one: none is better.
+            let _ = std::fs::remove_file(&self.path);
+            return Err(KeptError::TooLarge {
+                bytes,
+                max: MAX_KEPT_BYTES,
+            });
+        }
         let partial = self.path.with_extension("partial");
         let write = || -> std::io::Result<()> {
             let mut out = std::io::BufWriter::new(std::fs::File::create(&partial)?);
@@ -185,6 +207,35 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// An allowlist larger than the state directory may hold is not
+    /// copied (the chart's emptyDir would get the pod evicted), and the
+    /// older copy goes: it is not the last good allowlist any more.
+    #[test]
+    fn an_allowlist_too_large_to_keep_is_not_kept_and_leaves_no_older_copy() {
+        let dir = scratch("keep-large");
+        let small = dir.join("small.txt");
+        std::fs::write(&small, format!("{REPOSITORY}@{DIGEST_1_21_0}\n")).unwrap();
+        let state = scratch("keep-large-state");
+        let last_good = LastGood::in_dir(&state);
+        last_good
+            .save(&allowlist::open_files(std::slice::from_ref(&small)).unwrap())
+            .unwrap();
+        assert!(last_good.load().unwrap().is_some());
+        let large = dir.join("catalog.json");
+        std::fs::write(&large, vec![b' '; usize::try_from(MAX_KEPT_BYTES).unwrap() + 1]).unwrap();
+        let files = allowlist::open_files(&[small, large]).unwrap();
+        let error = last_good.save(&files).unwrap_err();
+        assert_eq!(error.metric_label(), "too_large");
+        assert!(
+            error
+                .to_string()
+                .contains("more than the 8388608 kept in --state-dir"),
+            "{error}"
+        );
+        assert!(last_good.load().unwrap().is_none());
+        assert!(!state.join("last-good-allowlist.partial").exists());
     }
 
     /// What the kept copy holds is the text that was opened and loaded,
