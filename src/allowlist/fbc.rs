@@ -131,3 +131,48 @@ pub(super) fn summarize(channel: &ChannelBlob) -> ChannelSummary {
         skip_ranges: channel.entries.iter().filter(|e| e.skip_range.is_some()).count(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, replaces: Option<&str>, skips: &[&str]) -> Entry {
+        Entry {
+            name: name.to_owned(),
+            replaces: replaces.map(str::to_owned),
+            skips: (!skips.is_empty()).then(|| skips.iter().map(|s| (*s).to_owned()).collect()),
+            skip_range: None,
+        }
+    }
+
+    #[test]
+    fn skips_are_edges_of_the_graph_and_a_skip_is_one_step() {
+        // v4 replaces v3 and skips v2; v3 replaces v2, which replaces v1.
+        // v5 is in another head's line: two heads, as opm would refuse.
+        let channel = ChannelBlob {
+            package: "p".into(),
+            name: "c".into(),
+            entries: vec![
+                entry("v1", None, &[]),
+                entry("v2", Some("v1"), &[]),
+                entry("v3", Some("v2"), &[]),
+                entry("v4", Some("v3"), &["v2"]),
+                entry("v5", None, &[]),
+            ],
+        };
+        assert_eq!(heads(&channel), ["v4", "v5"]);
+        let d = distances(&channel);
+        let at = |n: &str| d.get(n).copied();
+        assert_eq!(
+            (at("v4"), at("v5"), at("v3"), at("v2"), at("v1")),
+            (Some(0), Some(0), Some(1), Some(1), Some(2))
+        );
+        // A cycle ends: nothing is its head, nothing is ordered.
+        let cycle = ChannelBlob {
+            package: "p".into(),
+            name: "c".into(),
+            entries: vec![entry("a", Some("b"), &[]), entry("b", Some("a"), &[])],
+        };
+        assert!(heads(&cycle).is_empty() && distances(&cycle).is_empty());
+    }
+}
