@@ -34,7 +34,7 @@ import yaml
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from rss import ROOT, binary_argument, built, measure  # noqa: E402
+from rss import ROOT, binary_argument, built, measure, write_report  # noqa: E402
 
 OUT = ROOT / "target" / "bench-catalog"
 FIXTURES = ROOT / "tests" / "fixtures" / "olm" / "rhods"
@@ -130,9 +130,7 @@ def main() -> None:
              "| command | seconds | × jq | peak RSS MiB | × jq |", "|---|---|---|---|---|"]
     for name, (s, mib) in results.items():
         lines.append(f"| `{name}` | {s:.2f} | {s / base_s:.2f} | {mib:.1f} | {mib / base_mib:.2f} |")
-    report = "\n".join(lines) + "\n"
-    (OUT / "report.md").write_text(report)
-    print(report)
+    write_report(OUT, lines)
     catalog.unlink()
 
 

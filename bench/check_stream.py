@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 
-from rss import binary_argument, built, measure
+from rss import binary_argument, built, measure, write_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "examples" / "manifests" / "incident-servingruntime.yaml"
@@ -84,9 +84,7 @@ def main():
         lines.append(
             f"| {r['documents']:,} | {r['mib']:.1f} MiB | {r['text'][1]:.1f} MiB | {r['text'][1] / base['text'][1]:.2f}× "
             f"| {per:.2f} MiB | {r['json'][1]:.1f} MiB | {r['json'][1] / base['json'][1]:.2f}× | {r['text'][0]:.2f} |")
-    report = "\n".join(lines) + "\n"
-    (OUT / "report.md").write_text(report)
-    print(report)
+    write_report(OUT, lines)
 
 
 if __name__ == "__main__":

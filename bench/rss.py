@@ -51,3 +51,12 @@ def measure(argv: list[str], out: pathlib.Path, stdin: pathlib.Path | None = Non
                              stderr=subprocess.PIPE, text=True, check=True)
     seconds, kib, code = run.stderr.split()
     return float(seconds), int(kib) / 1024, int(code)
+
+
+def write_report(out: pathlib.Path, lines: list[str]) -> str:
+    """The Markdown report made of `lines`, written to OUT/report.md and
+    printed."""
+    report = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(report)
+    print(report)
+    return report

@@ -31,7 +31,7 @@ import urllib.parse
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "registry"))
-from rss import ROOT, binary_argument, built, measure  # noqa: E402
+from rss import ROOT, binary_argument, built, measure, write_report  # noqa: E402
 import registries as reg  # noqa: E402
 
 OUT = ROOT / "target" / "bench-verify"
@@ -138,9 +138,7 @@ def main():
                      f"| {requests:,} |")
     lines.append(f"| `skopeo inspect --raw` × {args.digests:,} | {skopeo_seconds:.2f} s | 1.000 | "
                  f"{skopeo_peak:.1f} MiB (largest process) | {args.digests:,}+ |")
-    report = "\n".join(lines) + "\n"
-    (OUT / "report.md").write_text(report)
-    print(report)
+    write_report(OUT, lines)
 
 
 if __name__ == "__main__":

@@ -90,12 +90,23 @@ fn parse_kind_mode(s: &str) -> Result<KindMode, String> {
     })
 }
 
-/// Decision flags shared by `check` and `serve`.
+/// Where the allowlist comes from: `--allowlist`, and which packages of a
+/// file-based catalog among them promote. One definition for every command
+/// that reads an allowlist.
 #[derive(Debug, Args)]
-pub struct PolicyArgs {
+pub struct AllowlistArgs {
     /// Allowlist file or directory (repeat, or comma-separate in the env var).
     #[arg(long = "allowlist", env = "DIGEST_GATE_ALLOWLIST", value_delimiter = ',')]
     pub allowlists: Vec<PathBuf>,
+    #[command(flatten)]
+    pub catalog: CatalogArgs,
+}
+
+/// Decision flags shared by `check` and `serve`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    #[command(flatten)]
+    pub allowlist: AllowlistArgs,
     /// What to do with images that are not promoted.
     #[arg(long, env = "DIGEST_GATE_MODE", value_enum, default_value_t = Mode::Rewrite)]
     pub mode: Mode,
@@ -131,8 +142,6 @@ pub struct PolicyArgs {
         value_delimiter = ','
     )]
     pub configmap_names: Vec<String>,
-    #[command(flatten)]
-    pub catalog: CatalogArgs,
 }
 
 /// Which packages of a file-based catalog promote, and which channel
@@ -186,7 +195,7 @@ impl PolicyArgs {
                 })
                 .collect(),
             configmap_names: self.configmap_names.clone(),
-            catalog: self.catalog.options(),
+            catalog: self.allowlist.catalog.options(),
             ..Policy::default()
         };
         for km in &self.kind_modes {
@@ -470,9 +479,8 @@ pub enum AllowlistCommand {
 /// `digest-gate allowlist verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// Allowlist file or directory (repeat, or comma-separate in the env var).
-    #[arg(long = "allowlist", env = "DIGEST_GATE_ALLOWLIST", value_delimiter = ',')]
-    pub allowlists: Vec<PathBuf>,
+    #[command(flatten)]
+    pub allowlist: AllowlistArgs,
     /// More allowlist files or directories.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
@@ -498,8 +506,6 @@ pub struct VerifyArgs {
     /// then promoted for its platform).
     #[arg(long, env = "DIGEST_GATE_WRITE_PLATFORMS", value_name = "FILE")]
     pub write_platforms: Option<PathBuf>,
-    #[command(flatten)]
-    pub catalog: CatalogArgs,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -589,7 +595,7 @@ fn run_serve(args: ServeArgs) -> u8 {
         eprintln!("error: {e}");
         return 2;
     }
-    let mut allowlists = args.policy.allowlists.clone();
+    let mut allowlists = args.policy.allowlist.allowlists.clone();
     let (cert, key) = if args.dev {
         let dir = args
             .dev_dir
@@ -641,10 +647,13 @@ fn run_serve(args: ServeArgs) -> u8 {
 }
 
 fn run_check(args: &CheckArgs) -> u8 {
-    if args.policy.allowlists.is_empty() {
+    if args.policy.allowlist.allowlists.is_empty() {
         missing_allowlist();
     }
-    let loaded = match load(&args.policy.allowlists, &args.policy.catalog.options()) {
+    let loaded = match load(
+        &args.policy.allowlist.allowlists,
+        &args.policy.allowlist.catalog.options(),
+    ) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -701,14 +710,14 @@ fn run_check(args: &CheckArgs) -> u8 {
 }
 
 fn run_audit(args: &AuditArgs) -> u8 {
-    if args.policy.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
+    if args.policy.allowlist.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
         missing_allowlist();
     }
     let kinds = match kinds(&args.kinds) {
         Ok(k) => k,
         Err(code) => return code,
     };
-    let files = match allowlist::open_files(&args.policy.allowlists) {
+    let files = match allowlist::open_files(&args.policy.allowlist.allowlists) {
         Ok(s) => s,
         Err(errors) => {
             eprintln!("error: the allowlist cannot be used:\n{errors}");
@@ -957,11 +966,17 @@ fn run_lint(files: &[PathBuf], strict: bool, catalog: &allowlist::CatalogOptions
 }
 
 fn run_verify(args: &VerifyArgs) -> u8 {
-    let paths: Vec<PathBuf> = args.allowlists.iter().chain(&args.files).cloned().collect();
+    let paths: Vec<PathBuf> = args
+        .allowlist
+        .allowlists
+        .iter()
+        .chain(&args.files)
+        .cloned()
+        .collect();
     if paths.is_empty() {
         missing_allowlist();
     }
-    let loaded = match load(&paths, &args.catalog.options()) {
+    let loaded = match load(&paths, &args.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };

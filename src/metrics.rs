@@ -769,16 +769,10 @@ impl VerifyMetrics {
 
     /// The counts of the last verification, every state set.
     pub fn set(&self, counts: Counts) {
-        for (state, n) in [
-            (State::Ok, counts.ok),
-            (State::Missing, counts.missing),
-            (State::NotRunnable, counts.not_runnable),
-            (State::PlatformMissing, counts.platform_missing),
-            (State::Unverifiable, counts.unverifiable),
-        ] {
+        for &state in <State as strum::VariantArray>::VARIANTS {
             self.promoted_images
                 .get_or_create(&StateLabels { state })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+                .set(gauge_value(counts.of(state)));
         }
     }
 

@@ -723,20 +723,15 @@ impl Finding {
                         format!("digest {} was never promoted", short_digest(digest))
                     }
                 };
-                let release = by.as_ref().and_then(|b| b.provenance.release());
-                let graph = by.as_ref().is_some_and(|b| b.provenance.rank.is_some());
+                let release = by
+                    .as_ref()
+                    .and_then(|b| Some((b.provenance.newest_as(), b.provenance.release()?)));
                 let how = match (rule, release) {
                     (TargetRule::Tag, _) => "the promoted digest of that tag".to_owned(),
                     (TargetRule::RewriteTo, _) => "the repository's rewriteTo digest".to_owned(),
                     (TargetRule::SoleDigest, _) => "the repository's promoted digest".to_owned(),
-                    // A catalog's graph ordered the releases, not their versions.
-                    (TargetRule::NewestRelease, Some(release)) if graph => {
-                        format!(
-                            "the digest of the release nearest its channel's head promoting it, {release}"
-                        )
-                    }
-                    (TargetRule::NewestRelease, Some(release)) => {
-                        format!("the digest of the newest release promoting it, {release}")
+                    (TargetRule::NewestRelease, Some((newest, release))) => {
+                        format!("the digest of {newest} promoting it, {release}")
                     }
                     (TargetRule::NewestRelease, None) => "the newest release's digest".to_owned(),
                 };

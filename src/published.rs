@@ -55,13 +55,23 @@ pub struct Counts {
 
 impl Counts {
     pub fn add(&mut self, state: State) {
-        *match state {
+        *self.slot(state) += 1;
+    }
+
+    /// How many are in `state`.
+    pub fn of(mut self, state: State) -> usize {
+        *self.slot(state)
+    }
+
+    /// The one field each state is counted in.
+    fn slot(&mut self, state: State) -> &mut usize {
+        match state {
             State::Ok => &mut self.ok,
             State::Missing => &mut self.missing,
             State::NotRunnable => &mut self.not_runnable,
             State::PlatformMissing => &mut self.platform_missing,
             State::Unverifiable => &mut self.unverifiable,
-        } += 1;
+        }
     }
 
     /// Those whose Pods would not start.

@@ -359,31 +359,24 @@ impl Loader {
     /// which may be in a file read after it.
     pub(super) fn promote_catalog(&mut self) {
         let catalog = std::mem::take(&mut self.catalog);
-        // Named packages no catalog read has: a typo would leave every
-        // image of the operator unpromoted.
-        if !catalog.seen.is_empty() {
-            for wanted in &self.catalog_options.packages {
-                if !catalog.seen.contains(wanted) {
-                    self.errors.push(LoadError {
-                        file: "--catalog-package".into(),
-                        line: None,
-                        entry: None,
-                        message: format!(
-                            "no catalog read has a package named '{wanted}' (it has {})",
-                            catalog.seen.iter().cloned().collect::<Vec<_>>().join(", ")
-                        ),
-                    });
-                }
-            }
-        }
-        if catalog.channels.is_empty() && catalog.bundles.is_empty() && catalog.default_channels.is_empty() {
+        if catalog.seen.is_empty() {
             return;
         }
-        let mut packages: Vec<&str> = catalog.channels.iter().map(|c| c.package.as_str()).collect();
-        packages.extend(catalog.bundles.iter().map(|b| b.package.as_str()));
-        packages.extend(catalog.default_channels.keys().map(String::as_str));
-        packages.sort_unstable();
-        packages.dedup();
+        // Named packages no catalog read has: a typo would leave every
+        // image of the operator unpromoted.
+        for wanted in &self.catalog_options.packages {
+            if !catalog.seen.contains(wanted) {
+                self.errors.push(LoadError {
+                    file: "--catalog-package".into(),
+                    line: None,
+                    entry: None,
+                    message: format!(
+                        "no catalog read has a package named '{wanted}' (it has {})",
+                        catalog.seen.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+        }
         if let Some(channel) = &self.catalog_options.channel
             && !catalog.channels.iter().any(|c| &c.name == channel)
         {
@@ -396,7 +389,12 @@ impl Loader {
             return;
         }
         let mut promoted: HashMap<Arc<str>, usize> = HashMap::new();
-        for package in packages {
+        let kept: Vec<&String> = catalog
+            .seen
+            .iter()
+            .filter(|p| self.catalog_options.keeps(p))
+            .collect();
+        for package in kept {
             let summary = self.promote_package(&catalog, package, &mut promoted);
             self.catalogs.push(summary);
         }

@@ -66,14 +66,10 @@ pub fn to_native_yaml_with(list: &Allowlist, name: &str, sources: &[String], fou
             }
             (None, Some((target, by))) => {
                 let release = by.release().unwrap_or_default();
-                let which = if by.rank.is_some() {
-                    "the release nearest its channel's head promoting it"
-                } else {
-                    "the newest release promoting it"
-                };
                 let _ = write!(
                     out,
-                    "\n      # {which}, {release}\n      rewriteTo: {}",
+                    "\n      # {} promoting it, {release}\n      rewriteTo: {}",
+                    by.newest_as(),
                     scalar(target.digest())
                 );
             }

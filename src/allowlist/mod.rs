@@ -104,6 +104,17 @@ impl Provenance {
         self.package.is_some() && (self.version.is_some() || self.rank.is_some())
     }
 
+    /// Which release of its package this one is when it is the newest by
+    /// [`Provenance::recency`], as messages say it: a catalog's graph
+    /// ordered it, or its version did.
+    pub fn newest_as(&self) -> &'static str {
+        if self.rank.is_some() {
+            "the release nearest its channel's head"
+        } else {
+            "the newest release"
+        }
+    }
+
     /// `rhods-operator 1.21.0`: the release, as short messages name it.
     pub fn release(&self) -> Option<String> {
         Some(format!("{} {}", self.package.as_deref()?, self.version.as_ref()?))

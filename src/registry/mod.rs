@@ -43,7 +43,6 @@ pub struct RegistryArgs {
 }
 
 impl RegistryArgs {
-    /// The client settings, its credentials file read.
     /// The files these options read (the credentials file in use, the CA
     /// files): a long-running verifier reads them again when they change.
     pub fn files(&self) -> Vec<PathBuf> {
@@ -53,6 +52,7 @@ impl RegistryArgs {
             .collect()
     }
 
+    /// The client settings, its credentials file read.
     pub fn settings(&self) -> Result<client::Settings, auth::AuthError> {
         let auth = auth::AuthFile::discover(self.registry_auth.as_deref())?;
         Ok(client::Settings::new(

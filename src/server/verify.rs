@@ -111,17 +111,19 @@ impl Verifier {
         let mut next = tokio::time::Instant::now() + self.flags.verify_interval;
         loop {
             let list = allowlists.borrow_and_update().clone();
+            let subjects = verify::subjects(&list);
             if round == Round::Everything {
                 next = tokio::time::Instant::now() + self.flags.verify_interval;
             }
             // A round against a slow registry may take minutes: a stop
             // does not wait for it.
             tokio::select! {
-                () = self.round(&list, round) => {}
+                () = self.round(&list, &subjects, round) => {}
                 () = stop.cancelled() => return,
             }
-            published.store(Arc::new(publish(&list, &self.known)));
-            self.metrics.set(counts(&list, &self.known));
+            let (learned, counts) = learned(&list, &subjects, &self.known);
+            published.store(Arc::new(learned));
+            self.metrics.set(counts);
             round = loop {
                 tokio::select! {
                     changed = allowlists.changed() => {
@@ -155,13 +157,14 @@ impl Verifier {
 
     /// Verifies the promoted digests not verified yet, or all of them. The
     /// credentials file and CA are read anew each round.
-    async fn round(&mut self, list: &Allowlist, round: Round) {
+    async fn round(&mut self, list: &Allowlist, subjects: &[verify::Subject], round: Round) {
         let known = &self.known;
-        let subjects: Vec<verify::Subject> = verify::subjects(list)
-            .into_iter()
+        let subjects: Vec<verify::Subject> = subjects
+            .iter()
             .filter(|s| {
                 round == Round::Everything || !known.contains_key(&(s.repository.clone(), s.digest.clone()))
             })
+            .cloned()
             .collect();
         self.files = files_fingerprint(&self.flags);
         if subjects.is_empty() {
@@ -221,9 +224,7 @@ impl Verifier {
         }
         tracing::info!(digests = count, seconds, "registry verification done");
     }
-}
 
-impl Verifier {
     /// The digests a round could not ask about at all are unverifiable —
     /// those not known yet; what was known stays known (a broken rotation
     /// must not forget that a digest is missing).
@@ -256,36 +257,33 @@ fn files_fingerprint(flags: &VerifyFlags) -> u64 {
     fingerprint(&contents)
 }
 
-/// What the request path reads: each promoted digest still in the
-/// allowlist that cannot be pulled — the only ones a review acts on, so a
-/// healthy allowlist publishes nothing and reviews cost what they did —
-/// under its own repository and under every name a mirror rule gives it (a
-/// rewrite keeps the repository the workload wrote).
-fn publish(list: &Allowlist, known: &HashMap<(String, String), Known>) -> Published {
+/// What the request path reads, and the counts by state, in one pass over
+/// the allowlist's `subjects`. Published are the promoted digests that
+/// cannot be pulled — the only ones a review acts on, so a healthy
+/// allowlist publishes nothing and reviews cost what they did — under their
+/// own repository and under every name a mirror rule gives it (a rewrite
+/// keeps the repository the workload wrote).
+fn learned(
+    list: &Allowlist,
+    subjects: &[verify::Subject],
+    known: &HashMap<(String, String), Known>,
+) -> (Published, Counts) {
     let mut out = Published::default();
-    for s in verify::subjects(list) {
-        let Some(k) = known
-            .get(&(s.repository.clone(), s.digest.clone()))
-            .filter(|k| k.state.fails())
-        else {
+    let mut counts = Counts::default();
+    for s in subjects {
+        let Some(k) = known.get(&(s.repository.clone(), s.digest.clone())) else {
             continue;
         };
+        counts.add(k.state);
+        if !k.state.fails() {
+            continue;
+        }
         out.insert(&s.repository, &s.digest, k.clone());
         for location in verify::locations(list.mirror_rules(), &s.repository, false) {
             out.insert(&location, &s.digest, k.clone());
         }
     }
-    out
-}
-
-fn counts(list: &Allowlist, known: &HashMap<(String, String), Known>) -> Counts {
-    let mut c = Counts::default();
-    for s in verify::subjects(list) {
-        if let Some(k) = known.get(&(s.repository, s.digest)) {
-            c.add(k.state);
-        }
-    }
-    c
+    (out, counts)
 }
 
 #[cfg(test)]
