@@ -83,10 +83,13 @@ def generate(path: pathlib.Path, mib: int) -> int:
         real.extend(d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d)
     target = mib * 1024 * 1024
     with path.open("w") as out:
-        written, n = 0, 0
-        while written < target:
-            # The real package in the middle of the file, as one of many.
-            blobs = real if n == 40 else package(f"operator-{n:04d}", 8, rnd)
+        written, n, placed = 0, 0, False
+        while written < target or not placed:
+            # The real package in the middle of the file, as one of many,
+            # whatever the size asked for.
+            middle = not placed and written >= target // 2
+            placed = placed or middle
+            blobs = real if middle else package(f"operator-{n:04d}", 8, rnd)
             for blob in blobs:
                 text = json.dumps(blob, indent=4) + "\n"
                 out.write(text)
