@@ -1,19 +1,27 @@
 //! `digest-gate check`: the webhook's decisions, run offline on manifest files
 //! (multi-document YAML, JSON, `kind: List`), with `--fix` editing image values
 //! where they stand so the result can be committed as is.
+//!
+//! JSON is read an item at a time ([`crate::json`]): `kubectl get … -o json`
+//! of a whole cluster is one `kind: List`, checked in the memory of one of
+//! its objects. YAML streams are read a document at a time. Each object's
+//! report is written out ([`crate::output::Writer`]) as soon as it is judged;
+//! with `--fix` the input is kept whole to be edited.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use json_patch::PatchOperation;
 use serde_json::Value;
 
-use crate::allowlist::Allowlist;
+use crate::json::{self, JsonError, Part, Piece};
 use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement};
+use crate::output::Writer;
 use crate::policy::Mode;
-use crate::report::{self, Keep, ObjectReport, Position, Report};
+use crate::report::{self, ObjectReport, Position, Report};
 use crate::yaml::{self, Document, Edit, Offsets};
 
 /// Where a manifest comes from.
@@ -33,17 +41,18 @@ enum Place {
         found: bool,
     },
     Text(String),
+    /// Standard input copied to an unnamed temporary file, to be read again.
+    Spilled(Arc<std::fs::File>),
 }
 
-/// One manifest, read.
-#[derive(Debug, Clone)]
-pub struct Input {
-    pub name: String,
-    pub text: String,
+/// One manifest, opened.
+struct Opened {
+    name: String,
+    reader: Box<dyn Read>,
     /// Found in a directory: a file that holds no Kubernetes object (a
     /// `values.yaml`, a workflow) or a Helm template is skipped, not an
     /// error.
-    pub found: bool,
+    found: bool,
 }
 
 impl Manifest {
@@ -55,36 +64,46 @@ impl Manifest {
         }
     }
 
-    /// The same manifest read now, for a run that reads its sources twice
-    /// (`--registry`): standard input can be read once.
+    /// The same manifest, readable again, for a run that reads its sources
+    /// twice (`--registry`): standard input can be read once, so it is
+    /// copied to a temporary file (not to memory: it may be a cluster's
+    /// dump).
     pub fn buffered(self) -> Result<Self, String> {
-        match self.origin {
-            Place::Stdin => Ok(Self::text(self.name.clone(), self.read()?.text)),
-            _ => Ok(self),
-        }
+        let Place::Stdin = self.origin else {
+            return Ok(self);
+        };
+        let mut file =
+            crate::output::temporary().map_err(|e| format!("-: cannot keep standard input: {e}"))?;
+        std::io::copy(&mut std::io::stdin().lock(), &mut file)
+            .map_err(|e| format!("-: cannot read standard input: {e}"))?;
+        Ok(Self {
+            name: self.name,
+            origin: Place::Spilled(Arc::new(file)),
+        })
     }
 
-    /// Reads it; standard input can be read once.
-    fn read(&self) -> Result<Input, String> {
-        let (text, found) = match &self.origin {
-            Place::Stdin => {
-                let mut text = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut text)
-                    .map_err(|e| format!("-: cannot read standard input: {e}"))?;
-                (text, false)
+    /// Opens it; standard input can be read once.
+    fn open(&self) -> Result<Opened, String> {
+        let (reader, found): (Box<dyn Read>, bool) = match &self.origin {
+            Place::Stdin => (Box::new(std::io::stdin()), false),
+            Place::File { path, found } => (
+                Box::new(std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", self.name))?),
+                *found,
+            ),
+            Place::Text(text) => (Box::new(std::io::Cursor::new(text.clone().into_bytes())), false),
+            Place::Spilled(file) => {
+                let mut file = file
+                    .try_clone()
+                    .and_then(|mut f| f.rewind().map(|()| f))
+                    .map_err(|e| format!("-: cannot read standard input again: {e}"))?;
+                file.rewind()
+                    .map_err(|e| format!("-: cannot read standard input again: {e}"))?;
+                (Box::new(file), false)
             }
-            Place::File { path, found } => {
-                let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", self.name))?;
-                let text =
-                    String::from_utf8(bytes).map_err(|_| format!("{}: is not UTF-8 text", self.name))?;
-                (text, *found)
-            }
-            Place::Text(text) => (text.clone(), false),
         };
-        Ok(Input {
+        Ok(Opened {
             name: self.name.clone(),
-            text,
+            reader,
             found,
         })
     }
@@ -174,7 +193,8 @@ pub struct Fixed {
 /// Everything a check run found.
 #[derive(Debug, Clone, Default)]
 pub struct Checked {
-    /// The objects judged; its errors are the inputs that could not be used.
+    /// The objects judged (those not yet written out); its errors are the
+    /// inputs that could not be used.
     pub report: Report,
     /// With `--fix`: every input judged, rewritten where needed.
     pub fixed: Vec<Fixed>,
@@ -190,24 +210,43 @@ pub struct Checked {
     pub will_run: std::collections::BTreeSet<(String, String)>,
 }
 
-/// Checks `sources` one at a time, each document judged and dropped before
-/// the next is read; with `fix`, also rewrites them. The report keeps
-/// `keep` of each object.
+/// Checks `sources` one at a time, each object judged and dropped before
+/// the next is read; with `fix`, also rewrites them. Each object's report
+/// goes to `out` once it cannot be taken back (a file found in a directory
+/// may turn out to be a template, skipped whole); without `out` the report
+/// keeps them all.
 /// With `learn`, it also collects what each workload will run
 /// ([`Checked::will_run`]); otherwise no image is looked at twice.
-pub fn check(sources: &[Manifest], rules: judge::Rules<'_>, fix: bool, keep: Keep, learn: bool) -> Checked {
-    let mut outcome = Checked {
-        report: Report::keeping(keep),
-        ..Checked::default()
-    };
+pub fn check(
+    sources: &[Manifest],
+    rules: judge::Rules<'_>,
+    fix: bool,
+    learn: bool,
+    mut out: Option<&mut Writer<'_>>,
+) -> Checked {
+    let mut outcome = Checked::default();
     if rules.published.is_some() {
         outcome.report.summary.registry = Some(Default::default());
     }
     for source in sources {
-        match source.read() {
-            Ok(input) => {
+        match source.open() {
+            Ok(opened) => {
                 outcome.read += 1;
-                FileCheck::new(&input, rules, fix, learn).run(&mut outcome);
+                let mut file = FileCheck {
+                    name: &opened.name,
+                    found: opened.found,
+                    rules,
+                    fix,
+                    learn,
+                    out: out.as_deref_mut(),
+                    fixing: Fixing::default(),
+                    others: Vec::new(),
+                    objects: false,
+                };
+                file.run(opened.reader, &mut outcome);
+                if let Some(w) = out.as_deref_mut() {
+                    w.flush(&mut outcome.report);
+                }
             }
             Err(e) => outcome.report.errors.push(e),
         }
@@ -229,12 +268,12 @@ pub fn check(sources: &[Manifest], rules: judge::Rules<'_>, fix: bool, keep: Kee
     outcome
 }
 
-/// Why `input` could not be read; for a Helm template, the usual reason, what
-/// to run instead: the parser's own words (`a mapping key must be a scalar`)
-/// do not point there.
-fn unreadable(input: &Input, error: &str) -> String {
-    let mut message = format!("{}: not valid YAML or JSON: {error}", input.name);
-    if let Some(line) = template_line(&input.text) {
+/// Why the text of `name` could not be read; for a Helm template, the
+/// usual reason, what to run instead: the parser's own words (`a mapping
+/// key must be a scalar`) do not point there.
+fn unreadable(name: &str, text: &str, error: &str) -> String {
+    let mut message = format!("{name}: not valid YAML or JSON: {error}");
+    if let Some(line) = template_line(text) {
         message.push_str(&format!("; {}", template_advice(line)));
     }
     message
@@ -273,6 +312,9 @@ struct Found<'d> {
 /// read by a tool, never applied: kustomize's `kustomization.yaml`.
 const TOOL_GROUPS: &[&str] = &["kustomize.config.k8s.io/"];
 
+/// Lists nested deeper than this are judged as objects, not opened.
+const MAX_LIST_DEPTH: usize = 8;
+
 fn content(value: &Value, found: bool) -> Content<'_> {
     let Some(obj) = value.as_object() else {
         return Content::Other(format!("found {}", yaml::type_name(value)));
@@ -284,37 +326,116 @@ fn content(value: &Value, found: bool) -> Content<'_> {
     if found && TOOL_GROUPS.iter().any(|g| api_version.starts_with(g)) {
         return Content::Other(format!("a {kind} for {api_version}, read by a tool, not applied"));
     }
-    if let (true, Some(Value::Array(items))) = (kind.ends_with("List"), obj.get("items")) {
-        return Content::Objects(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, object)| Found {
-                    object,
-                    prefix: format!("/items/{i}"),
-                    item: Some(i),
-                })
-                .collect(),
-        );
-    }
-    Content::Objects(vec![Found {
-        object: value,
-        prefix: String::new(),
-        item: None,
-    }])
+    let mut objects = Vec::new();
+    let mut counter = None;
+    items_of(value, String::new(), &mut counter, 0, &mut objects);
+    Content::Objects(objects)
 }
 
-/// A document that is not a Kubernetes object: its line, index, and what
-/// it is instead.
-type Other = (usize, usize, String);
+/// The objects `value` stands for: itself, or the items of a List (and
+/// of the Lists in it, numbered in reading order from `counter`).
+fn items_of<'d>(
+    value: &'d Value,
+    prefix: String,
+    counter: &mut Option<usize>,
+    depth: usize,
+    out: &mut Vec<Found<'d>>,
+) {
+    let list = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"));
+    if let (true, Some(Value::Array(items)), true) = (list, value.get("items"), depth < MAX_LIST_DEPTH) {
+        for (i, item) in items.iter().enumerate() {
+            items_of(item, format!("{prefix}/items/{i}"), counter, depth + 1, out);
+        }
+        counter.get_or_insert(0);
+        return;
+    }
+    let item = (depth > 0).then(|| {
+        let n = counter.get_or_insert(0);
+        *n += 1;
+        *n - 1
+    });
+    out.push(Found {
+        object: value,
+        prefix,
+        item,
+    });
+}
+
+/// A document that is not a Kubernetes object: its line, where it is
+/// (`document 3`, `item 2 of document 0`), and what it is instead.
+type Other = (usize, String, String);
+
+/// Where an object stands in its file.
+enum Located<'d> {
+    /// In a YAML (or JSON) document read whole, at `prefix`.
+    Yaml { doc: &'d Document, prefix: &'d str },
+    /// In a JSON value read on its own, at `prefix` in it.
+    Json { piece: &'d Piece, prefix: &'d str },
+}
+
+impl Located<'_> {
+    /// The object's first line.
+    fn line(&self) -> usize {
+        match self {
+            Self::Yaml { doc, prefix } => doc.line_of(prefix),
+            Self::Json { piece, prefix } => json_line(piece, prefix),
+        }
+    }
+
+    /// Where an image stands. Inside an embedded literal block the line is
+    /// the block's first line plus the image's line in the embedded text
+    /// (the column is not tracked there).
+    fn position(&self, image: &ImageJudgement) -> Position {
+        match self {
+            Self::Yaml { doc, prefix } => {
+                position_of_site(doc, &format!("{prefix}{}", image.site.path()), image)
+            }
+            Self::Json { piece, prefix } => {
+                let at = format!("{prefix}{}", image.site.path());
+                if let Some(span) = piece.locate(&at) {
+                    return Position {
+                        line: span.start.line,
+                        column: Some(span.start.col + 1),
+                    };
+                }
+                // Embedded text is in a JSON string: one line.
+                let outer = at.split('#').next().unwrap_or(&at);
+                Position {
+                    line: json_line(piece, outer),
+                    column: None,
+                }
+            }
+        }
+    }
+}
+
+/// The line of the value at `pointer` in `piece`, or of the closest
+/// enclosing value.
+fn json_line(piece: &Piece, pointer: &str) -> usize {
+    let mut p = pointer;
+    loop {
+        if let Some(span) = piece.locate(p) {
+            return span.start.line;
+        }
+        match p.rfind('/') {
+            Some(i) => p = &p[..i],
+            None => return piece.start.line,
+        }
+    }
+}
 
 /// One file being checked.
-struct FileCheck<'a> {
-    input: &'a Input,
+struct FileCheck<'a, 'w> {
+    name: &'a str,
+    found: bool,
     rules: judge::Rules<'a>,
     fix: bool,
     learn: bool,
-    offsets: Offsets,
+    /// Where reports go once they cannot be taken back.
+    out: Option<&'a mut Writer<'w>>,
     fixing: Fixing,
     /// Documents that are not Kubernetes objects: errors in a file named
     /// on the command line, the reason to skip one found in a directory
@@ -323,126 +444,280 @@ struct FileCheck<'a> {
     objects: bool,
 }
 
-impl<'a> FileCheck<'a> {
-    fn new(input: &'a Input, rules: judge::Rules<'a>, fix: bool, learn: bool) -> Self {
-        Self {
-            input,
-            rules,
-            fix,
-            learn,
-            offsets: Offsets::new(&input.text),
-            fixing: Fixing::default(),
-            others: Vec::new(),
-            objects: false,
+impl FileCheck<'_, '_> {
+    /// Checks the file `reader` reads: as JSON a value at a time when it
+    /// starts as JSON does, as YAML otherwise (and when the JSON reader
+    /// refused it before judging anything).
+    fn run(&mut self, reader: Box<dyn Read>, outcome: &mut Checked) {
+        let mut source = json::Source::new(reader);
+        let first = match source.first() {
+            Ok(first) => first,
+            Err(e) => return outcome.report.errors.push(format!("{}: {e}", self.name)),
+        };
+        let looks_json = matches!(first, Some(b'{' | b'['));
+        if looks_json && !self.fix {
+            match self.json(&mut source, None, outcome) {
+                Ok(()) => return self.end(outcome),
+                Err(e) if !source.untouched() => return self.broken(&e, outcome),
+                Err(_) => {}
+            }
+        }
+        let text = match source
+            .into_rest()
+            .map_err(|e| e.to_string())
+            .and_then(|b| String::from_utf8(b).map_err(|_| "is not UTF-8 text".to_owned()))
+        {
+            Ok(text) => text,
+            Err(e) => return outcome.report.errors.push(format!("{}: {e}", self.name)),
+        };
+        if looks_json && self.fix {
+            let mut again = json::Source::new(text.as_bytes());
+            match self.json(&mut again, Some(&text), outcome) {
+                Ok(()) => {
+                    self.end(outcome);
+                    return self.finish_fixing(&text, true, outcome);
+                }
+                Err(e) if !again.untouched() => {
+                    self.broken(&e, outcome);
+                    return self.finish_fixing(&text, true, outcome);
+                }
+                Err(_) => {}
+            }
+        }
+        if let Some(leniencies) = self.yaml(&text, outcome) {
+            self.end(outcome);
+            for advice in leniencies {
+                outcome.report.notes.push(format!("{}: {advice}", self.name));
+            }
+            if self.fix {
+                self.finish_fixing(&text, false, outcome);
+            }
         }
     }
 
-    fn run(mut self, outcome: &mut Checked) {
+    /// JSON that broke after something was judged: what was read stands,
+    /// and the run fails (exit 2): nothing past the break was checked.
+    fn broken(&mut self, e: &JsonError, outcome: &mut Checked) {
+        outcome.found_objects |= self.objects;
+        outcome.report.errors.push(format!(
+            "{}: {e}; the objects before it were checked, nothing after it",
+            self.name
+        ));
+    }
+
+    /// Reads the JSON values of `source` (`text`: its whole text, kept for
+    /// `--fix`).
+    fn json<R: Read>(
+        &mut self,
+        source: &mut json::Source<R>,
+        text: Option<&str>,
+        outcome: &mut Checked,
+    ) -> Result<(), JsonError> {
+        let mut counters: HashMap<usize, usize> = HashMap::new();
+        json::read(source, |part| {
+            match part {
+                Part::Whole { document, piece } => {
+                    let value = piece.value()?;
+                    match content(&value, self.found) {
+                        Content::Objects(found) => {
+                            self.objects = true;
+                            for f in &found {
+                                self.json_object(&piece, f, document, text, outcome);
+                            }
+                        }
+                        Content::Other(what) => {
+                            self.others
+                                .push((piece.start.line, format!("document {document}"), what));
+                        }
+                    }
+                }
+                Part::Item { document, piece, .. } => {
+                    let value = piece.value()?;
+                    let mut found = Vec::new();
+                    let counter = counters.entry(document).or_default();
+                    let mut next = Some(*counter);
+                    items_of(&value, String::new(), &mut next, 1, &mut found);
+                    *counter = next.unwrap_or(*counter);
+                    self.objects = true;
+                    for f in &found {
+                        self.json_object(&piece, f, document, text, outcome);
+                    }
+                }
+                Part::End {
+                    document,
+                    start,
+                    head,
+                    items,
+                } => self.list_end(document, start.line, head.as_ref(), items),
+            }
+            Ok(())
+        })
+    }
+
+    /// The end of a list read an item at a time: a `kind: List` (even
+    /// empty), a bare array of objects, or something else whose items
+    /// were taken for a List's.
+    fn list_end(&mut self, document: usize, line: usize, head: Option<&Value>, items: usize) {
+        let what = match head {
+            None if items == 0 => Some("an empty list".to_owned()),
+            None => None,
+            Some(head) => match content(head, self.found) {
+                Content::Other(what) => Some(what),
+                Content::Objects(_) if head["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
+                    self.objects = true;
+                    None
+                }
+                Content::Objects(_) => Some(format!(
+                    "a {} with a top-level items list, read as a List's items",
+                    head["kind"].as_str().unwrap_or_default()
+                )),
+            },
+        };
+        if let Some(what) = what {
+            self.others.push((line, format!("document {document}"), what));
+        }
+    }
+
+    /// Reads the YAML documents of `text`; `None` when the file was
+    /// skipped or could not be read, else what was read leniently.
+    fn yaml(&mut self, text: &str, outcome: &mut Checked) -> Option<Vec<String>> {
         let mark = outcome.report.mark();
         let still_denied = outcome.still_denied;
-        let mut docs = yaml::documents(&self.input.text);
-        let mut positioned = true;
-        for (read, doc) in docs.by_ref().enumerate() {
+        let offsets = Offsets::new(text);
+        let mut docs = yaml::documents(text);
+        for doc in docs.by_ref() {
             match doc {
-                Ok(doc) => self.document(&doc, outcome),
-                // JSON that YAML cannot read (rare escapes) is read as JSON,
-                // without positions.
+                Ok(doc) => self.yaml_document(&doc, text, &offsets, outcome),
                 Err(e) => {
-                    if read == 0
-                        && let Some(doc) = json_document(&self.input.text)
-                    {
-                        positioned = false;
-                        self.document(&doc, outcome);
-                        continue;
-                    }
-                    if let Some(line) = template_line(&self.input.text).filter(|_| self.input.found) {
+                    if let Some(line) = template_line(text).filter(|_| self.found) {
                         outcome.report.rewind(mark);
                         outcome.still_denied = still_denied;
-                        return self.skip(outcome, template_advice(line));
+                        self.skip(outcome, template_advice(line));
+                        return None;
                     }
-                    return outcome.report.errors.push(unreadable(self.input, &e.to_string()));
+                    outcome
+                        .report
+                        .errors
+                        .push(unreadable(self.name, text, &e.to_string()));
+                    return None;
                 }
             }
         }
-        if self.input.found && !self.objects {
+        Some(docs.leniencies().iter().filter_map(|l| l.advice()).collect())
+    }
+
+    /// Says what the file held: skipped when found in a directory with
+    /// nothing to judge, else the documents that are not objects.
+    fn end(&mut self, outcome: &mut Checked) {
+        if self.found && !self.objects {
             let why = match self.others.first() {
                 Some((_, _, what)) => format!("holds no Kubernetes object ({what})"),
                 None => "holds no Kubernetes object (it is empty)".to_owned(),
             };
+            self.others.clear();
             return self.skip(outcome, why);
         }
-        // Said of the manifests judged, not of files skipped.
-        for leniency in docs.leniencies() {
-            if let Some(advice) = leniency.advice() {
-                outcome
-                    .report
-                    .notes
-                    .push(format!("{}: {advice}", self.input.name));
-            }
-        }
         outcome.found_objects |= self.objects;
-        let name = &self.input.name;
-        outcome
-            .report
-            .errors
-            .extend(self.others.iter().map(|(line, index, what)| {
-                format!("{name}:{line}: document {index} is not a Kubernetes object ({what})")
-            }));
-        if self.fix {
-            self.fixing.finish(self.input, positioned, outcome);
-        }
+        let name = self.name;
+        outcome.report.errors.extend(
+            self.others
+                .drain(..)
+                .map(|(line, at, what)| format!("{name}:{line}: {at} is not a Kubernetes object ({what})")),
+        );
     }
 
     fn skip(&self, outcome: &mut Checked, reason: String) {
         outcome.report.skipped.push(report::Skipped {
-            source: self.input.name.clone(),
+            source: self.name.to_owned(),
             reason,
         });
     }
 
-    fn document(&mut self, doc: &Document, outcome: &mut Checked) {
+    fn yaml_document(&mut self, doc: &Document, text: &str, offsets: &Offsets, outcome: &mut Checked) {
         if doc.value.is_null() {
             return;
         }
-        let found = match content(&doc.value, self.input.found) {
+        let found = match content(&doc.value, self.found) {
             Content::Objects(found) => found,
             Content::Other(what) => {
-                self.others.push((doc.line, doc.index, what));
+                self.others
+                    .push((doc.line, format!("document {}", doc.index), what));
                 return;
             }
         };
         self.objects = true;
         for f in found {
-            let j = judge::judge_as(judge::Subject::of(f.object, None), self.rules);
-            let allowlist = self.rules.allowlist;
-            if self.learn {
-                outcome
-                    .will_run
-                    .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
-            }
-            let mut object = report(self.input, doc, &f, &j, allowlist);
-            if let Some(published) = self.rules.published {
-                object = object.with_registry(&j, allowlist, published);
-            }
-            outcome.report.push(object);
+            let at = Located::Yaml {
+                doc,
+                prefix: &f.prefix,
+            };
+            let j = self.judge(&f, &at, doc.index, outcome);
             if self.fix {
-                // What --fix leaves counts against the exit code unless audited.
-                if j.mode != Mode::Audit {
-                    outcome.still_denied += j.unfixable().count();
-                }
-                self.fixing
-                    .add(&self.input.text, &self.offsets, doc, f.prefix, &j);
+                self.fixing.add_yaml(text, offsets, doc, f.prefix, &j);
             }
         }
     }
-}
 
-fn json_document(text: &str) -> Option<Document> {
-    let trimmed = text.trim_start();
-    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-        return None;
+    fn json_object(
+        &mut self,
+        piece: &Piece,
+        f: &Found<'_>,
+        document: usize,
+        text: Option<&str>,
+        outcome: &mut Checked,
+    ) {
+        let at = Located::Json {
+            piece,
+            prefix: &f.prefix,
+        };
+        let j = self.judge(f, &at, document, outcome);
+        if let (true, Some(text)) = (self.fix, text) {
+            self.fixing.add_json(text, piece, document, &f.prefix, &j);
+        }
     }
-    serde_json::from_str::<Value>(text).ok().map(Document::from_value)
+
+    /// Judges one object and reports it.
+    fn judge(
+        &mut self,
+        f: &Found<'_>,
+        at: &Located<'_>,
+        document: usize,
+        outcome: &mut Checked,
+    ) -> Judgement {
+        let j = judge::judge_as(judge::Subject::of(f.object, None), self.rules);
+        let allowlist = self.rules.allowlist;
+        if self.learn {
+            outcome
+                .will_run
+                .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+        }
+        let mut object = ObjectReport {
+            document: Some(document),
+            item: f.item,
+            line: Some(at.line()),
+            ..ObjectReport::new(self.name.to_owned(), f.object, &j, allowlist, |i| {
+                Some(at.position(i))
+            })
+        };
+        if let Some(published) = self.rules.published {
+            object = object.with_registry(&j, allowlist, published);
+        }
+        outcome.report.push(object);
+        // What --fix leaves counts against the exit code unless audited.
+        if self.fix && j.mode != Mode::Audit {
+            outcome.still_denied += j.unfixable().count();
+        }
+        // A file named on the command line cannot be skipped: its reports
+        // go out now. A found one's wait for its end.
+        if let (false, Some(w)) = (self.found, self.out.as_deref_mut()) {
+            w.flush(&mut outcome.report);
+        }
+        j
+    }
+
+    fn finish_fixing(&mut self, text: &str, json: bool, outcome: &mut Checked) {
+        std::mem::take(&mut self.fixing).finish(self.name, text, json, outcome);
+    }
 }
 
 /// The fixes of one file, gathered object by object. Fixing applies every
@@ -452,13 +727,26 @@ fn json_document(text: &str) -> Option<Document> {
 struct Fixing {
     edits: Vec<Edit>,
     expected: Vec<Expected>,
+    /// JSON: the operations on each value read on its own, to check the
+    /// result against.
+    expected_json: Vec<JsonExpected>,
     failed: Option<String>,
     rewrites: usize,
 }
 
+/// A value read on its own whose objects were fixed: where it stood in
+/// the original (document, item, byte range) and the operations on each
+/// object in it.
+struct JsonExpected {
+    document: usize,
+    start: usize,
+    end: usize,
+    objects: Vec<(String, Vec<PatchOperation>)>,
+}
+
 impl Fixing {
     /// Adds the fixes of the object at `prefix` in `doc`.
-    fn add(&mut self, text: &str, offsets: &Offsets, doc: &Document, prefix: String, j: &Judgement) {
+    fn add_yaml(&mut self, text: &str, offsets: &Offsets, doc: &Document, prefix: String, j: &Judgement) {
         self.rewrites += j.images.iter().filter(|i| i.fix.is_some()).count();
         for (at, edit) in file_edits(text, offsets, doc, &prefix, j) {
             match edit {
@@ -472,32 +760,79 @@ impl Fixing {
         }
     }
 
+    /// Adds the fixes of the object at `prefix` in `piece`: each rewritten
+    /// string replaced whole (embedded documents too: a JSON string has no
+    /// lines to keep).
+    fn add_json(&mut self, text: &str, piece: &Piece, document: usize, prefix: &str, j: &Judgement) {
+        self.rewrites += j.images.iter().filter(|i| i.fix.is_some()).count();
+        let plain = j
+            .images
+            .iter()
+            .filter(|i| i.site.embedded.is_none())
+            .filter_map(|i| Some((i.site.pointer.to_string(), i.fix.clone()?)));
+        let embedded = j
+            .embedded
+            .iter()
+            .map(|e| (e.pointer.to_string(), e.rewritten.clone()));
+        for (pointer, to) in plain.chain(embedded) {
+            let at = format!("{prefix}{pointer}");
+            match piece.locate(&at) {
+                Some(span) if text.as_bytes().get(span.start.offset) == Some(&b'"') => {
+                    self.edits.push(Edit {
+                        start: span.start.offset,
+                        end: span.end,
+                        text: serde_json::to_string(&to).expect("strings serialise"),
+                    })
+                }
+                Some(_) => self.failed = Some(format!("{at}: not a string")),
+                None => self.failed = Some(format!("{at}: positions unknown")),
+            }
+        }
+        let ops = j.fix_ops();
+        if ops.is_empty() {
+            return;
+        }
+        let start = piece.start.offset;
+        match self.expected_json.last_mut() {
+            Some(last) if last.start == start => last.objects.push((prefix.to_owned(), ops)),
+            _ => self.expected_json.push(JsonExpected {
+                document,
+                start,
+                end: start + piece.bytes.len(),
+                objects: vec![(prefix.to_owned(), ops)],
+            }),
+        }
+    }
+
     /// Applies the edits, proves nothing else moved, and records the file.
-    fn finish(self, input: &Input, positioned: bool, outcome: &mut Checked) {
+    fn finish(self, name: &str, original: &str, json: bool, outcome: &mut Checked) {
         let text = if self.edits.is_empty() && self.failed.is_none() {
-            Ok(input.text.clone())
-        } else if !positioned {
-            Err("the file could only be read as JSON, without positions".to_owned())
+            Ok(original.to_owned())
         } else if let Some(e) = self.failed {
             Err(e)
         } else {
-            yaml::apply_edits(&input.text, self.edits)
+            yaml::apply_edits(original, self.edits)
                 .map_err(|e| e.to_string())
-                .and_then(|t| verify(&t, &input.text, &self.expected).map(|()| t))
+                .and_then(|t| {
+                    match json {
+                        true => verify_json(&t, original, &self.expected_json),
+                        false => verify(&t, original, &self.expected),
+                    }
+                    .map(|()| t)
+                })
         };
         let (text, rewrites) = match text {
             Ok(text) => (text, self.rewrites),
             Err(e) => {
                 outcome.still_denied += self.rewrites;
                 outcome.report.errors.push(format!(
-                    "{}: cannot rewrite in place ({e}); apply the rewrites above by hand",
-                    input.name
+                    "{name}: cannot rewrite in place ({e}); apply the rewrites above by hand"
                 ));
-                (input.text.clone(), 0)
+                (original.to_owned(), 0)
             }
         };
         outcome.fixed.push(Fixed {
-            name: input.name.clone(),
+            name: name.to_owned(),
             text,
             rewrites,
         });
@@ -556,6 +891,55 @@ fn embedded_edits(
     yaml::scalar_edit(text, offsets, &node, &e.rewritten)
         .map(|edit| vec![edit])
         .map_err(|err| err.to_string())
+}
+
+/// Re-reads fixed JSON: it must read as the same values, and each value
+/// that was fixed must be the original with the rewrites applied. The
+/// edits replaced string tokens whole, so the bytes between them are the
+/// original's by construction.
+fn verify_json(text: &str, original: &str, expected: &[JsonExpected]) -> Result<(), String> {
+    let mut shift: isize = 0;
+    let mut done = 0;
+    let mut source = json::Source::new(text.as_bytes());
+    // Each fixed value's new start is found by reading the result: its
+    // values come in the same order as the original's.
+    let mut next = expected.iter().peekable();
+    json::read(&mut source, |part| {
+        let (document, piece) = match &part {
+            Part::Whole { document, piece } | Part::Item { document, piece, .. } => (*document, piece),
+            Part::End { .. } => return Ok(()),
+        };
+        let Some(&want) = next.peek() else {
+            return Ok(());
+        };
+        if want.document != document || (want.start as isize + shift) as usize != piece.start.offset {
+            return Ok(());
+        }
+        next.next();
+        let mut value: Value =
+            serde_json::from_str(&original[want.start..want.end]).map_err(|e| at_error(e, piece))?;
+        for (prefix, ops) in &want.objects {
+            let object = value
+                .pointer_mut(prefix)
+                .ok_or_else(|| piece.start.error(format!("{prefix}: not in the value")))?;
+            json_patch::patch(object, ops).map_err(|e| piece.start.error(e.to_string()))?;
+        }
+        if piece.value()? != value {
+            return Err(piece.start.error("the value would change beyond its images"));
+        }
+        shift += piece.bytes.len() as isize - (want.end - want.start) as isize;
+        done += 1;
+        Ok(())
+    })
+    .map_err(|e| format!("the result does not read back: {e}"))?;
+    if done != expected.len() {
+        return Err("the fixed values do not line up".into());
+    }
+    Ok(())
+}
+
+fn at_error(e: serde_json::Error, piece: &Piece) -> JsonError {
+    piece.start.error(format!("the original no longer parses: {e}"))
 }
 
 /// Re-reads the fixed text beside the original, document by document: it
@@ -631,9 +1015,7 @@ fn same_outside(
     Ok(())
 }
 
-/// Where an image stands in the file. Inside an embedded literal block the
-/// line is the block's first line plus the image's line in the embedded text
-/// (the column is not tracked there).
+/// Where an image stands in a YAML document.
 fn position_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> Position {
     if let Some(n) = doc.node(at) {
         return Position {
@@ -647,28 +1029,6 @@ fn position_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> Positio
         _ => doc.line_of(outer),
     };
     Position { line, column: None }
-}
-
-fn report(
-    input: &Input,
-    doc: &Document,
-    found: &Found<'_>,
-    j: &Judgement,
-    allowlist: &Allowlist,
-) -> ObjectReport {
-    let position_of = |i: &ImageJudgement| {
-        Some(position_of_site(
-            doc,
-            &format!("{}{}", found.prefix, i.site.path()),
-            i,
-        ))
-    };
-    ObjectReport {
-        document: Some(doc.index),
-        item: found.item,
-        line: Some(doc.line_of(&found.prefix)),
-        ..ObjectReport::new(input.name.clone(), found.object, j, allowlist, position_of)
-    }
 }
 
 // === output ===
@@ -726,8 +1086,8 @@ mod tests {
                 published: None,
             },
             fix,
-            Keep::Objects,
             false,
+            None,
         )
     }
 
@@ -777,7 +1137,7 @@ mod tests {
             (judge::ObjectVerdict::Allow, judge::ObjectVerdict::Deny)
         );
         assert_eq!(o.report.results[1].images[0].line, Some(3));
-        let report = report::text(&o.report, None);
+        let report = crate::output::render(&o.report, crate::output::Format::Text { fixed: false }, None);
         assert!(
             report
                 .starts_with("m.yaml:3: Pod b: deny: container \"c\": image 'nginx' has no registry domain"),

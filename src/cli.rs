@@ -12,6 +12,7 @@ use crate::allowlist::{self, Exemption, Loaded, Pattern};
 use crate::audit;
 use crate::check;
 use crate::judge;
+use crate::output;
 use crate::policy::{Mode, Policy, Unlisted};
 use crate::published::{Platform, Published};
 use crate::registry::{self, RegistryArgs, verify};
@@ -667,11 +668,22 @@ fn run_check(args: &CheckArgs) -> u8 {
         return 2;
     }
     let (sources, mut problems) = check::sources(&names);
-    let keep = match args.output {
-        Output::Text => report::Keep::TextLines { fixed: args.fix },
-        Output::Json | Output::Sarif => report::Keep::Objects,
+    let format = output_format(args.output, args.fix);
+    // With --fix, standard output is the fixed stream: the report goes to
+    // standard error.
+    let out: Box<dyn Write> = if args.fix {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
     };
-    let mut outcome = match checked(args, sources, &loaded.allowlist, keep) {
+    let mut writer = match output::Writer::new(format, out) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: cannot write the report: {e}");
+            return 2;
+        }
+    };
+    let mut outcome = match checked(args, sources, &loaded.allowlist, &mut writer) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
@@ -685,14 +697,10 @@ fn run_check(args: &CheckArgs) -> u8 {
     for s in &outcome.report.skipped {
         eprintln!("note: skipped {}: {}", s.source, s.reason);
     }
-
-    let report = match args.output {
-        Output::Text => report::text(&outcome.report, args.fix.then_some(outcome.still_denied)),
-        Output::Json => report::json(&outcome.report),
-        Output::Sarif => crate::sarif::sarif(&outcome.report),
-    };
+    // A reader that went away (`| head`) ends the report, not the run's
+    // verdict.
+    let _ = writer.finish(&mut outcome.report, args.fix.then_some(outcome.still_denied));
     if args.fix {
-        eprint!("{report}");
         if args.in_place {
             for f in outcome.fixed.iter().filter(|f| f.rewrites > 0) {
                 if let Err(e) = std::fs::write(&f.name, &f.text) {
@@ -703,10 +711,17 @@ fn run_check(args: &CheckArgs) -> u8 {
         } else {
             print_out(&check::fixed_stream(&outcome.fixed));
         }
-    } else {
-        print_out(&report);
     }
     check::exit_code(&outcome, args.fix)
+}
+
+/// How `--output` is written.
+fn output_format(output: Output, fixed: bool) -> output::Format {
+    match output {
+        Output::Text => output::Format::Text { fixed },
+        Output::Json => output::Format::Json,
+        Output::Sarif => output::Format::Sarif,
+    }
 }
 
 fn run_audit(args: &AuditArgs) -> u8 {
@@ -778,11 +793,11 @@ fn run_audit(args: &AuditArgs) -> u8 {
             read.join(", ")
         }
     ));
-    print_out(&match args.output {
-        Output::Text => report::text(&found.report, None),
-        Output::Json => report::json(&found.report),
-        Output::Sarif => crate::sarif::sarif(&found.report),
-    });
+    print_out(&output::render(
+        &found.report,
+        output_format(args.output, false),
+        None,
+    ));
     report::exit_code(&found.report)
 }
 
@@ -793,7 +808,7 @@ fn checked(
     args: &CheckArgs,
     sources: Vec<check::Manifest>,
     allowlist: &allowlist::Allowlist,
-    keep: report::Keep,
+    out: &mut output::Writer<'_>,
 ) -> Result<check::Checked, String> {
     let policy = args.policy.policy();
     let mut rules = judge::Rules {
@@ -802,19 +817,22 @@ fn checked(
         published: None,
     };
     if !args.verify.enabled {
-        return Ok(check::check(&sources, rules, args.fix, keep, false));
+        return Ok(check::check(&sources, rules, args.fix, false, Some(out)));
     }
     let sources = sources
         .into_iter()
         .map(check::Manifest::buffered)
         .collect::<Result<Vec<_>, _>>()?;
-    let found = check::check(&sources, rules, args.fix, keep, true);
+    // The first pass only learns what will run: its reports are dropped.
+    let mut nowhere = output::Writer::new(output::Format::Text { fixed: false }, std::io::sink())
+        .map_err(|e| e.to_string())?;
+    let found = check::check(&sources, rules, args.fix, true, Some(&mut nowhere));
     let learned = registry::block_on(args.verify.published(None, allowlist, &found.will_run));
-    let Some(published) = learned.map_err(|e| e.to_string())?? else {
-        return Ok(found);
-    };
-    rules.published = Some(&published);
-    Ok(check::check(&sources, rules, args.fix, keep, false))
+    let published = learned.map_err(|e| e.to_string())??;
+    if let Some(published) = &published {
+        rules.published = Some(published);
+    }
+    Ok(check::check(&sources, rules, args.fix, false, Some(out)))
 }
 
 /// The audit's findings; with --registry, judged again knowing what the

@@ -160,25 +160,13 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// What a report keeps of each object it is told.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Keep {
-    /// The whole [`ObjectReport`]: for JSON, and what `audit` writes.
-    #[default]
-    Objects,
-    /// Only its lines of the text report (`fixed`: as `check --fix` words
-    /// them), so a long stream costs what is printed, not what was read.
-    TextLines { fixed: bool },
-}
-
 /// Everything a run found.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// The objects told and not yet written out: a run writing as it goes
+    /// (`output::Writer`) takes them as it writes them, so what
+    /// stays here is what is still to be written.
     pub results: Vec<ObjectReport>,
-    pub keep: Keep,
-    /// With [`Keep::TextLines`]: the text report's lines of the objects
-    /// told so far.
-    lines: String,
     pub summary: Summary,
     /// Files left out, each with why.
     pub skipped: Vec<Skipped>,
@@ -316,14 +304,6 @@ pub fn controller_reference(object: &Value) -> Option<&Value> {
 // === impl Report ===
 
 impl Report {
-    /// A report that keeps `keep` of each object.
-    pub fn keeping(keep: Keep) -> Self {
-        Self {
-            keep,
-            ..Self::default()
-        }
-    }
-
     /// Adds an object's report and counts its verdict.
     pub fn push(&mut self, report: ObjectReport) {
         *self.count(report.verdict) += 1;
@@ -333,17 +313,13 @@ impl Report {
                 counts.add(r.state);
             }
         }
-        match self.keep {
-            Keep::Objects => self.results.push(report),
-            Keep::TextLines { fixed } => object_lines(&report, fixed, &mut self.lines),
-        }
+        self.results.push(report);
     }
 
     /// Where the report stands, to [`Report::rewind`] to.
     pub fn mark(&self) -> Mark {
         Mark {
             results: self.results.len(),
-            lines: self.lines.len(),
             summary: self.summary.clone(),
         }
     }
@@ -352,7 +328,6 @@ impl Report {
     /// turned out not to be a manifest.
     pub fn rewind(&mut self, mark: Mark) {
         self.results.truncate(mark.results);
-        self.lines.truncate(mark.lines);
         self.summary = mark.summary;
     }
 
@@ -378,15 +353,14 @@ impl Report {
 #[derive(Debug, Clone)]
 pub struct Mark {
     results: usize,
-    lines: usize,
     summary: Summary,
 }
 
-/// The JSON report (`--output json`).
-pub fn json(report: &Report) -> String {
+/// The members of the JSON report after `results` (`--output json`),
+/// serialised as their own document: `{ "summary": …, … }`.
+pub fn json_tail(report: &Report) -> String {
     #[derive(Serialize)]
-    struct Out<'a> {
-        results: &'a [ObjectReport],
+    struct Tail<'a> {
         summary: &'a Summary,
         #[serde(skip_serializing_if = "<[Skipped]>::is_empty")]
         skipped: &'a [Skipped],
@@ -395,27 +369,21 @@ pub fn json(report: &Report) -> String {
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
         notes: &'a [String],
     }
-    let mut s = serde_json::to_string_pretty(&Out {
-        results: &report.results,
+    serde_json::to_string_pretty(&Tail {
         summary: &report.summary,
         skipped: &report.skipped,
         errors: &report.errors,
         notes: &report.notes,
     })
-    .expect("reports serialise");
-    s.push('\n');
-    s
+    .expect("reports serialise")
 }
 
-/// The text report: one line per image that needs attention, then notes,
-/// errors and a summary. Compliant objects make no noise. `fixed` is
-/// `check --fix`'s count of images still denied after fixing: rewrites are
-/// then reported as done.
-pub fn text(report: &Report, fixed: Option<usize>) -> String {
-    let mut out = report.lines.clone();
-    for r in &report.results {
-        object_lines(r, fixed.is_some(), &mut out);
-    }
+/// The end of the text report: notes, errors and a summary, after the
+/// lines of the objects ([`object_lines`]). `fixed` is `check --fix`'s
+/// count of images still denied after fixing: rewrites are then reported
+/// as done.
+pub fn text_end(report: &Report, fixed: Option<usize>) -> String {
+    let mut out = String::new();
     for n in &report.notes {
         let _ = writeln!(out, "note: {n}");
     }
@@ -442,8 +410,8 @@ pub fn text(report: &Report, fixed: Option<usize>) -> String {
 }
 
 /// An object's lines of the text report: one per image that needs
-/// attention.
-fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
+/// attention; compliant objects make no noise.
+pub fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
     let owners = owner_chain(&r.owners);
     for i in &r.images {
         let shown = match (i.verdict, i.would_be) {
@@ -537,13 +505,14 @@ mod tests {
         ];
         let mut report = Report::default();
         report.push(object);
-        let text = text(&report, None);
+        let text = crate::output::render(&report, crate::output::Format::Text { fixed: false }, None);
         assert!(
             text.starts_with("models/Pod/p (ReplicaSet d-1 ← Deployment d): rewrite: container \"ovms\""),
             "{text}"
         );
         assert_eq!(exit_code(&report), 1);
-        let json: Value = serde_json::from_str(&json(&report)).unwrap();
+        let json: Value =
+            serde_json::from_str(&crate::output::render(&report, crate::output::Format::Json, None)).unwrap();
         let r = &json["results"][0];
         assert_eq!(
             (

@@ -19,38 +19,51 @@ use crate::report::{ImageReport, ObjectReport, Report};
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
 const INFORMATION_URI: &str = "https://github.com/digest-gate/digest-gate";
 
-/// The SARIF document for `report`.
-pub fn sarif(report: &Report) -> String {
-    let rules: Vec<Reason> = Reason::VARIANTS
+/// The rules: one per finding reason, then, with `--registry`, one per
+/// registry state that is not ok (after the reasons' rules, so their
+/// indexes stay).
+fn rules(registry: bool) -> (Vec<Reason>, &'static [State]) {
+    let reasons = Reason::VARIANTS
         .iter()
         .copied()
         .filter(|r| r.is_finding())
         .collect();
-    let images = || {
-        report
-            .results
-            .iter()
-            .flat_map(|object| object.images.iter().map(move |image| (object, image)))
-    };
-    let mut results: Vec<Value> = images()
-        .filter_map(|(object, image)| result(object, image, &rules))
-        .collect();
-    // With --registry: a rule per state that is not ok, after the reasons'
-    // rules (their indexes stay), and a result per image in such a state.
-    let registry_rules: &[State] = match report.summary.registry {
-        Some(_) => &[
+    let states: &[State] = if registry {
+        &[
             State::Missing,
             State::NotRunnable,
             State::PlatformMissing,
             State::Unverifiable,
-        ],
-        None => &[],
+        ]
+    } else {
+        &[]
     };
-    results.extend(
-        images().filter_map(|(object, image)| registry_result(object, image, registry_rules, rules.len())),
-    );
-    let mut rule_objects: Vec<Value> = rules.iter().map(|r| rule(*r)).collect();
-    rule_objects.extend(registry_rules.iter().map(|s| registry_rule(*s)));
+    (reasons, states)
+}
+
+/// An object's results: one per image that needs a change, and, with
+/// `--registry` (`registry`), one per image the registry cannot serve. The
+/// document lists every object's first kind before any of the second.
+pub fn object_results(registry: bool, object: &ObjectReport) -> (Vec<Value>, Vec<Value>) {
+    let (reasons, states) = rules(registry);
+    let policy = object
+        .images
+        .iter()
+        .filter_map(|image| result(object, image, &reasons))
+        .collect();
+    let registry = object
+        .images
+        .iter()
+        .filter_map(|image| registry_result(object, image, states, reasons.len()))
+        .collect();
+    (policy, registry)
+}
+
+/// The SARIF document for `report`, with `results` as its run's results.
+pub fn document(report: &Report, results: Value) -> Value {
+    let (reasons, states) = rules(report.summary.registry.is_some());
+    let mut rule_objects: Vec<Value> = reasons.iter().map(|r| rule(*r)).collect();
+    rule_objects.extend(states.iter().map(|s| registry_rule(*s)));
     let notifications: Vec<Value> = report
         .errors
         .iter()
@@ -63,7 +76,7 @@ pub fn sarif(report: &Report) -> String {
         )
         .chain(report.notes.iter().map(|n| notification("note", n)))
         .collect();
-    let document = json!({
+    json!({
         "$schema": SCHEMA,
         "version": "2.1.0",
         "runs": [{
@@ -81,10 +94,7 @@ pub fn sarif(report: &Report) -> String {
             }],
             "results": results,
         }],
-    });
-    let mut out = serde_json::to_string_pretty(&document).expect("SARIF serialises");
-    out.push('\n');
-    out
+    })
 }
 
 fn rule(reason: Reason) -> Value {

@@ -1250,3 +1250,171 @@ fn a_catalog_rewrites_to_the_digest_of_the_bundle_nearest_the_channel_head() {
         "{dashboard}"
     );
 }
+
+/// The objects of a cluster dump: ServingRuntimes and the ConfigMaps that
+/// embed runtimes in strings (the incident's), as `kubectl get` returns
+/// them.
+fn dump_objects() -> Vec<Value> {
+    let mut items = Vec::new();
+    for name in ["01_", "02_", "05_", "06_", "07_", "12_"] {
+        let text = std::fs::read_to_string(fixture(name)).unwrap();
+        for doc in digest_gate::yaml::parse_stream(&text).unwrap() {
+            items.push(doc.value);
+        }
+    }
+    items
+}
+
+/// An image's judgement: kind/name, path, verdict, rewrite.
+type Finding = (String, String, String, String);
+
+/// Each image of each result, and the line it was reported on.
+fn findings(report: &Value) -> Vec<(Finding, Option<u64>)> {
+    let mut out = Vec::new();
+    for r in report["results"].as_array().unwrap() {
+        for i in r["images"].as_array().unwrap() {
+            out.push((
+                (
+                    format!("{}/{}", r["kind"].as_str().unwrap(), r["name"].as_str().unwrap()),
+                    i["path"].as_str().unwrap().to_owned(),
+                    i["verdict"].as_str().unwrap().to_owned(),
+                    i["rewrite"].as_str().unwrap_or_default().to_owned(),
+                ),
+                i["line"].as_u64(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_list_an_array_a_json_stream_and_a_yaml_stream_are_judged_alike() {
+    let items = dump_objects();
+    let list = serde_json::json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}});
+    let nested = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "List", "items": items[..3]}, {"apiVersion": "v1", "kind": "List", "items": items[3..]}]});
+    let yaml: String = items
+        .iter()
+        .map(|i| format!("---\n{}", serde_json::to_string_pretty(i).unwrap()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let forms = [
+        ("kind: List", serde_json::to_string_pretty(&list).unwrap()),
+        ("nested Lists", serde_json::to_string_pretty(&nested).unwrap()),
+        ("bare array", serde_json::to_string_pretty(&items).unwrap()),
+        (
+            "JSON stream",
+            items.iter().map(|i| format!("{i}\n")).collect::<String>(),
+        ),
+        ("YAML stream", yaml),
+    ];
+    let mut first: Option<Vec<_>> = None;
+    for (form, text) in &forms {
+        let run = digest_gate(
+            &[
+                "check",
+                "--allowlist",
+                &example_allowlist(),
+                "-f",
+                "-",
+                "-o",
+                "json",
+            ],
+            Some(text),
+        );
+        assert_eq!(run.code, 1, "{form}: {}", run.stderr);
+        let report = run.json();
+        assert_eq!(report["summary"]["objects"], items.len(), "{form}");
+        let found = findings(&report);
+        // Every line points at the image: the value itself, or the string
+        // holding the embedded runtime document that names it.
+        let lines: Vec<&str> = text.lines().collect();
+        for ((what, path, ..), line) in &found {
+            let line = line.unwrap_or_else(|| panic!("{form}: {what} {path} has no line"));
+            let leaf = path.rsplit('/').next().unwrap();
+            let image = report["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r["images"].as_array().unwrap())
+                .find(|i| i["path"] == path.as_str())
+                .unwrap()["image"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let at = lines[line as usize - 1];
+            assert!(
+                at.contains(&image) || at.contains(leaf),
+                "{form}: {what} {path}: line {line} is {at:?}"
+            );
+        }
+        let verdicts: Vec<_> = found.into_iter().map(|(v, _)| v).collect();
+        assert!(
+            verdicts
+                .iter()
+                .any(|(_, path, verdict, _)| path.contains('#') && verdict == "rewrite"),
+            "{form}: the incident's embedded runtime is to rewrite: {verdicts:?}"
+        );
+        match &first {
+            None => first = Some(verdicts),
+            Some(want) => assert_eq!(&verdicts, want, "{form}"),
+        }
+        // The fixes are the same too: the fixed stream passes where the
+        // rewrites applied, and the objects are the originals otherwise.
+        let fixed = digest_gate(
+            &["check", "--allowlist", &example_allowlist(), "-f", "-", "--fix"],
+            Some(text),
+        );
+        assert!(fixed.stderr.contains("fixed"), "{form}: {}", fixed.stderr);
+        let again = digest_gate(
+            &[
+                "check",
+                "--allowlist",
+                &example_allowlist(),
+                "-f",
+                "-",
+                "-o",
+                "json",
+            ],
+            Some(&fixed.stdout),
+        );
+        let rewrites: Vec<_> = findings(&again.json())
+            .into_iter()
+            .filter(|((.., verdict, _), _)| verdict == "rewrite")
+            .collect();
+        assert!(
+            rewrites.is_empty(),
+            "{form}: still to rewrite after --fix: {rewrites:?}"
+        );
+    }
+}
+
+#[test]
+fn a_truncated_list_reports_what_it_read_and_where_it_broke() {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": dump_objects()});
+    let text = serde_json::to_string_pretty(&list).unwrap();
+    let cut = &text[..text.len() * 3 / 5];
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &example_allowlist(),
+            "-f",
+            "-",
+            "-o",
+            "json",
+        ],
+        Some(cut),
+    );
+    assert_eq!(run.code, 2, "never pass what was not read: {}", run.stdout);
+    let report = run.json();
+    let read = report["summary"]["objects"].as_u64().unwrap();
+    assert!(read > 0 && read < dump_objects().len() as u64, "{read}");
+    let error = report["errors"][0].as_str().unwrap();
+    let lines = cut.lines().count();
+    assert!(
+        error.starts_with(&format!("-: line {lines} column "))
+            && error.contains(&format!("the input ends in item {read} of document 0")),
+        "{error}"
+    );
+}

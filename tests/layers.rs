@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 mod common;
 
 const LAYERS: &[&[&str]] = &[
-    &["text", "reference", "yaml", "flags"],
+    &["text", "reference", "yaml", "json", "flags"],
     &["objects", "allowlist", "published"],
     &["policy"],
     &["judge"],
-    &["admission", "report", "sarif", "metrics"],
+    &["admission", "report", "sarif", "output", "metrics"],
     &["check", "audit", "registry", "preflight"],
     &["server"],
     &["cli"],

@@ -1,0 +1,320 @@
+//! The report written as it is produced: each object's part (its text
+//! lines, its JSON result, its SARIF results) goes out when the object is
+//! judged, and the end (summary, errors, notes) when the run is done, so a
+//! run over a whole cluster holds one object's report at a time. The bytes
+//! are those of the whole document rendered at once: [`render`] is the same
+//! writer fed a report kept in memory.
+//!
+//! SARIF names the invocation's outcome (errors, notifications) before the
+//! results: its results wait in an unnamed temporary file, not in memory,
+//! until the end is known.
+
+use std::fs::File;
+use std::io::{self, Seek, Write};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::report::{self, ObjectReport, Report};
+use crate::sarif;
+
+/// How a report is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One line per image that needs attention, then notes, errors and the
+    /// summary; `fixed`: worded as `check --fix` words them.
+    Text {
+        fixed: bool,
+    },
+    Json,
+    Sarif,
+}
+
+/// SARIF results on their way: the policy results spilled to a file, the
+/// registry's (few: only with `--registry`, only what it cannot serve)
+/// kept to follow them.
+struct Spill {
+    file: io::BufWriter<File>,
+    registry: Vec<String>,
+}
+
+/// Writes a report object by object; see the module.
+pub struct Writer<'w> {
+    out: Box<dyn Write + 'w>,
+    format: Format,
+    /// Results written so far (JSON and SARIF), to place the separators.
+    written: usize,
+    spill: Option<Spill>,
+    /// The first write that failed (a closed pipe): nothing more is
+    /// written, and [`Writer::finish`] returns it.
+    failed: Option<io::Error>,
+}
+
+impl<'w> Writer<'w> {
+    /// A writer of `format` to `out`. `Err` only for SARIF, whose
+    /// temporary file could not be made.
+    pub fn new(format: Format, out: impl Write + 'w) -> io::Result<Self> {
+        let spill = match format {
+            Format::Sarif => Some(Spill {
+                file: io::BufWriter::new(temporary()?),
+                registry: Vec::new(),
+            }),
+            _ => None,
+        };
+        Ok(Self {
+            out: Box::new(io::BufWriter::new(out)),
+            format,
+            written: 0,
+            spill,
+            failed: None,
+        })
+    }
+
+    /// Writes the objects `report` holds and takes them out of it: what
+    /// a run calls after each object it may no longer take back.
+    pub fn flush(&mut self, report: &mut Report) {
+        let registry = report.summary.registry.is_some();
+        for object in report.results.drain(..) {
+            self.object(&object, registry);
+        }
+    }
+
+    fn object(&mut self, object: &ObjectReport, registry: bool) {
+        if self.failed.is_some() {
+            return;
+        }
+        let done = match self.format {
+            Format::Text { fixed } => {
+                let mut lines = String::new();
+                report::object_lines(object, fixed, &mut lines);
+                self.out.write_all(lines.as_bytes())
+            }
+            Format::Json => {
+                let at = if self.written == 0 {
+                    "{\n  \"results\": [\n"
+                } else {
+                    ",\n"
+                };
+                self.written += 1;
+                let result = indented(object, 4);
+                self.out
+                    .write_all(at.as_bytes())
+                    .and_then(|()| self.out.write_all(result.as_bytes()))
+            }
+            Format::Sarif => self.sarif_results(object, registry),
+        };
+        if let Err(e) = done {
+            self.failed = Some(e);
+        }
+    }
+
+    fn sarif_results(&mut self, object: &ObjectReport, registry: bool) -> io::Result<()> {
+        let spill = self.spill.as_mut().expect("a SARIF writer has its spill");
+        let (policy, from_registry) = sarif::object_results(registry, object);
+        for result in policy {
+            if self.written > 0 {
+                spill.file.write_all(b",\n")?;
+            }
+            self.written += 1;
+            spill.file.write_all(indented(&result, 8).as_bytes())?;
+        }
+        spill
+            .registry
+            .extend(from_registry.iter().map(|r| indented(r, 8)));
+        Ok(())
+    }
+
+    /// Writes what `report` still holds and the end of the document.
+    /// `fixed`: `check --fix`'s count of images still denied (text).
+    pub fn finish(mut self, report: &mut Report, fixed: Option<usize>) -> io::Result<()> {
+        self.flush(report);
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        match self.format {
+            Format::Text { .. } => self.out.write_all(report::text_end(report, fixed).as_bytes())?,
+            Format::Json => {
+                let start = match self.written {
+                    0 => "{\n  \"results\": [],",
+                    _ => "\n  ],",
+                };
+                let tail = report::json_tail(report);
+                // The tail is a document of its own: its `{` opened ours.
+                self.out.write_all(start.as_bytes())?;
+                self.out.write_all(&tail.as_bytes()[1..])?;
+                self.out.write_all(b"\n")?;
+            }
+            Format::Sarif => self.sarif_end(report)?,
+        }
+        self.out.flush()
+    }
+
+    fn sarif_end(&mut self, report: &Report) -> io::Result<()> {
+        const MARK: &str = "digest-gate:results";
+        let spill = self.spill.take().expect("a SARIF writer has its spill");
+        let document = sarif::document(report, Value::String(MARK.into()));
+        let text = serde_json::to_string_pretty(&document).expect("SARIF serialises");
+        let (head, tail) = text
+            .split_once(&format!("\"{MARK}\""))
+            .expect("the mark is in the document");
+        self.out.write_all(head.as_bytes())?;
+        let mut file = spill.file.into_inner().map_err(io::IntoInnerError::into_error)?;
+        if self.written + spill.registry.len() == 0 {
+            self.out.write_all(b"[]")?;
+        } else {
+            self.out.write_all(b"[\n")?;
+            file.rewind()?;
+            io::copy(&mut file, &mut self.out)?;
+            for (i, r) in spill.registry.iter().enumerate() {
+                if self.written > 0 || i > 0 {
+                    self.out.write_all(b",\n")?;
+                }
+                self.out.write_all(r.as_bytes())?;
+            }
+            self.out.write_all(b"\n      ]")?;
+        }
+        self.out.write_all(tail.as_bytes())?;
+        self.out.write_all(b"\n")
+    }
+}
+
+/// `value` as pretty JSON, every line indented by `by` spaces: how it
+/// stands nested in the whole document (serde_json writes no line break
+/// inside a string).
+fn indented(value: &impl Serialize, by: usize) -> String {
+    let text = serde_json::to_string_pretty(value).expect("reports serialise");
+    let pad = " ".repeat(by);
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&pad);
+        out.push_str(line);
+    }
+    out
+}
+
+/// An unnamed temporary file: created new, then unlinked, so nothing is
+/// left behind whatever ends the run.
+pub fn temporary() -> io::Result<File> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir();
+    let name = format!(
+        "digest-gate-{}-{}.tmp",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let path = dir.join(name);
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    std::fs::remove_file(&path)?;
+    Ok(file)
+}
+
+/// The whole report in `format`, from a report kept in memory.
+pub fn render(report: &Report, format: Format, fixed: Option<usize>) -> String {
+    let mut out = Vec::new();
+    let mut copy = Report {
+        results: Vec::new(),
+        ..report.clone()
+    };
+    let mut writer = Writer::new(format, &mut out).expect("a temporary file for SARIF");
+    let registry = report.summary.registry.is_some();
+    for object in &report.results {
+        writer.object(object, registry);
+    }
+    writer
+        .finish(&mut copy, fixed)
+        .expect("writing to memory succeeds");
+    String::from_utf8(out).expect("reports are UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{BAD, GOOD, REPO, incident_allowlist};
+
+    fn report(objects: usize) -> Report {
+        let list = incident_allowlist();
+        let mut report = Report::default();
+        for i in 0..objects {
+            let image = if i % 2 == 0 {
+                format!("{REPO}@{BAD}")
+            } else {
+                format!("{REPO}@{GOOD}")
+            };
+            let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("p{i}"), "namespace": "models"},
+                "spec": {"containers": [{"name": "ovms", "image": image}]}});
+            let j = crate::judge::judge(&pod, None, &crate::policy::Policy::default(), &list);
+            report.push(ObjectReport::new("cluster:e2e".into(), &pod, &j, &list, |_| None));
+        }
+        report.notes.push("a note".into());
+        report
+    }
+
+    /// What serde_json writes for the whole document at once, as the
+    /// report was written before it was written as it goes.
+    fn whole_json(report: &Report) -> String {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            results: &'a [ObjectReport],
+            summary: &'a report::Summary,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            notes: &'a [String],
+        }
+        let mut s = serde_json::to_string_pretty(&Out {
+            results: &report.results,
+            summary: &report.summary,
+            notes: &report.notes,
+        })
+        .unwrap();
+        s.push('\n');
+        s
+    }
+
+    fn whole_sarif(report: &Report) -> String {
+        let registry = report.summary.registry.is_some();
+        let results: Vec<Value> = report
+            .results
+            .iter()
+            .flat_map(|o| sarif::object_results(registry, o).0)
+            .collect();
+        let mut s = serde_json::to_string_pretty(&sarif::document(report, Value::Array(results))).unwrap();
+        s.push('\n');
+        s
+    }
+
+    #[test]
+    fn written_as_it_goes_is_the_whole_document() {
+        for n in [0, 1, 3] {
+            let r = report(n);
+            assert_eq!(render(&r, Format::Json, None), whole_json(&r), "{n} objects");
+            assert_eq!(render(&r, Format::Sarif, None), whole_sarif(&r), "{n} objects");
+            let mut streamed = Vec::new();
+            let mut w = Writer::new(Format::Json, &mut streamed).unwrap();
+            let mut live = r.clone();
+            for _ in 0..n {
+                let one = live.results.remove(0);
+                let mut step = Report {
+                    results: vec![one],
+                    ..Report::default()
+                };
+                w.flush(&mut step);
+            }
+            w.finish(&mut live, None).unwrap();
+            assert_eq!(String::from_utf8(streamed).unwrap(), whole_json(&r));
+        }
+        let text = render(&report(3), Format::Text { fixed: false }, None);
+        assert_eq!(text.lines().filter(|l| l.contains(": rewrite: ")).count(), 2);
+        assert!(
+            text.ends_with("note: a note\n3 objects checked: 1 allowed, 2 to rewrite, 0 denied, 0 skipped\n")
+        );
+    }
+}
