@@ -382,6 +382,12 @@ pub struct AuditArgs {
     /// with -l or --kinds.
     #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS", conflicts_with_all = ["selector", "kinds"])]
     pub policy_reports: bool,
+    /// With --policy-reports: list passing (and exempted) results too, one
+    /// per image. Without it a report lists what needs action (fail, warn)
+    /// and its summary counts the rest: on a big cluster the passes are
+    /// most of the report and of what etcd stores.
+    #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS_PASSES", requires = "policy_reports")]
+    pub policy_reports_passes: bool,
     /// Write a Warning Event (reason UnpromotedImage) on each object with a
     /// finding, once per finding.
     #[arg(long, env = "DIGEST_GATE_EVENTS")]
@@ -676,12 +682,8 @@ fn run_check(args: &CheckArgs) -> u8 {
     } else {
         Box::new(std::io::stdout())
     };
-    let mut writer = match output::Writer::new(format, out) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("error: cannot write the report: {e}");
-            return 2;
-        }
+    let Some(mut writer) = report_writer(format, out) else {
+        return 2;
     };
     let mut outcome = match checked(args, sources, &loaded.allowlist, &mut writer) {
         Ok(o) => o,
@@ -715,6 +717,14 @@ fn run_check(args: &CheckArgs) -> u8 {
     check::exit_code(&outcome, args.fix)
 }
 
+/// The report's writer; `None` (said) when SARIF's temporary file cannot
+/// be made.
+fn report_writer<'w>(format: output::Format, out: impl Write + 'w) -> Option<output::Writer<'w>> {
+    output::Writer::new(format, out)
+        .map_err(|e| eprintln!("error: cannot write the report: {e}"))
+        .ok()
+}
+
 /// How `--output` is written.
 fn output_format(output: Output, fixed: bool) -> output::Format {
     match output {
@@ -742,7 +752,16 @@ fn run_audit(args: &AuditArgs) -> u8 {
     let Some(runtime) = client_runtime() else {
         return 2;
     };
+    let Some(mut writer) = report_writer(output_format(args.output, false), std::io::stdout()) else {
+        return 2;
+    };
     let policy = args.policy.policy();
+    let writes = audit::Writes {
+        policy_reports: args.policy_reports,
+        passes: args.policy_reports_passes,
+        events: args.events,
+        owner: None,
+    };
     let result = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings())
             .await
@@ -764,15 +783,21 @@ fn run_audit(args: &AuditArgs) -> u8 {
             kinds: (!kinds.is_empty()).then_some(kinds),
             break_glass_label: Some(args.break_glass_label.clone()),
         };
-        let mut found = judged(args, &connection, &target, &policy, &loaded.allowlist).await?;
-        let writes = audit::Writes {
-            policy_reports: args.policy_reports,
-            events: args.events,
-            owner: None,
+        let audited = Audited {
+            args,
+            connection: &connection,
+            target: &target,
+            policy: &policy,
+            allowlist: &loaded.allowlist,
         };
-        audit::write(&connection, &mut found, &writes)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut found = audited.judged(&writes, &mut writer).await?;
+        // Results were written out as they were judged: what cannot be
+        // written now ends the report as its errors.
+        if found.stopped.is_none()
+            && let Err(e) = audit::write(&connection, &mut found, &writes).await
+        {
+            found.report.errors.push(e.to_string());
+        }
         Ok::<_, String>((connection, found))
     });
     let (connection, mut found) = match result {
@@ -782,8 +807,15 @@ fn run_audit(args: &AuditArgs) -> u8 {
             return 2;
         }
     };
+    found.report.notes.push(read_note(&connection, &found));
+    let _ = writer.finish(&mut found.report, None);
+    report::exit_code(&found.report)
+}
+
+/// What an audit read, and from where.
+fn read_note(connection: &audit::Connection, found: &audit::Audit) -> String {
     let read: Vec<String> = found.read.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
-    found.report.notes.push(format!(
+    format!(
         "read from {} (context \"{}\"): {}",
         connection.server,
         connection.context,
@@ -792,13 +824,62 @@ fn run_audit(args: &AuditArgs) -> u8 {
         } else {
             read.join(", ")
         }
-    ));
-    print_out(&output::render(
-        &found.report,
-        output_format(args.output, false),
-        None,
-    ));
-    report::exit_code(&found.report)
+    )
+}
+
+/// What one `audit` reads with.
+struct Audited<'a> {
+    args: &'a AuditArgs,
+    connection: &'a audit::Connection,
+    target: &'a audit::Target,
+    policy: &'a Policy,
+    allowlist: &'a allowlist::Allowlist,
+}
+
+impl Audited<'_> {
+    /// The audit's findings, each written to `out` as it is judged; with
+    /// --registry, judged again knowing what the registries said of what
+    /// the first pass found will run.
+    async fn judged(
+        &self,
+        writes: &audit::Writes,
+        out: &mut output::Writer<'_>,
+    ) -> Result<audit::Audit, String> {
+        let mut rules = judge::Rules {
+            policy: self.policy,
+            allowlist: self.allowlist,
+            published: None,
+        };
+        let verify = &self.args.verify;
+        if !verify.enabled {
+            return audit::run(self.connection, self.target, rules, false, writes, Some(out))
+                .await
+                .map_err(|e| e.to_string());
+        }
+        // The first pass only learns what will run: its reports are dropped.
+        let mut nowhere = output::Writer::new(output::Format::Text { fixed: false }, std::io::sink())
+            .map_err(|e| e.to_string())?;
+        let nothing = audit::Writes::default();
+        let found = audit::run(
+            self.connection,
+            self.target,
+            rules,
+            true,
+            &nothing,
+            Some(&mut nowhere),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let published = verify
+            .published(Some(self.connection), self.allowlist, &found.will_run)
+            .await?;
+        if let Some(published) = &published {
+            rules.published = Some(published);
+        }
+        audit::run(self.connection, self.target, rules, false, writes, Some(out))
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// The check's findings; with --registry, judged again knowing what the
@@ -833,36 +914,6 @@ fn checked(
         rules.published = Some(published);
     }
     Ok(check::check(&sources, rules, args.fix, false, Some(out)))
-}
-
-/// The audit's findings; with --registry, judged again knowing what the
-/// registries said of what the first pass found will run.
-async fn judged(
-    args: &AuditArgs,
-    connection: &audit::Connection,
-    target: &audit::Target,
-    policy: &Policy,
-    allowlist: &allowlist::Allowlist,
-) -> Result<audit::Audit, String> {
-    let mut rules = judge::Rules {
-        policy,
-        allowlist,
-        published: None,
-    };
-    let found = audit::run(connection, target, rules, args.verify.enabled)
-        .await
-        .map_err(|e| e.to_string())?;
-    let Some(published) = args
-        .verify
-        .published(Some(connection), allowlist, &found.will_run)
-        .await?
-    else {
-        return Ok(found);
-    };
-    rules.published = Some(&published);
-    audit::run(connection, target, rules, false)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// The kinds `--kinds` names, or exit code 2 with what it may name.

@@ -209,6 +209,8 @@ async fn discovery_paging_and_a_forbidden_kind() {
         &everything(),
         rules(&Policy::default(), &allowlist),
         false,
+        &audit::Writes::default(),
+        None,
     )
     .await
     .unwrap();
@@ -252,14 +254,16 @@ async fn discovery_paging_and_a_forbidden_kind() {
         "{errors}"
     );
 
-    // Judged as the webhook judges: the stale Pod and the runtime rewrite.
-    let stale: Vec<(&str, &str)> = found
+    // Judged as the webhook judges: the stale Pod and the runtime rewrite
+    // (the order of an audit's results is not part of its contract).
+    let mut stale: Vec<(&str, &str)> = found
         .report
         .results
         .iter()
         .filter(|r| r.verdict != digest_gate::judge::ObjectVerdict::Allow)
         .map(|r| (r.kind.as_deref().unwrap(), r.name.as_deref().unwrap()))
         .collect();
+    stale.sort_unstable();
     assert_eq!(stale, [("Pod", "stale"), ("ServingRuntime", "ovms")]);
     assert!(apiserver.writes().is_empty(), "an audit alone writes nothing");
 }
@@ -306,6 +310,8 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
         &everything(),
         rules(&Policy::default(), &allowlist),
         false,
+        &audit::Writes::default(),
+        None,
     )
     .await
     .unwrap();
@@ -318,7 +324,8 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
     let stored = Arc::new(Mutex::new(BTreeMap::new()));
     let (apiserver, connection) = Apiserver::connect(reports(stored.clone()));
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let written = audit::write::policy_reports(&connection, &found.report, &found.covered, None, now)
+    let gathered = audit::write::Gathered::of(&found.report.results, false);
+    let written = audit::write::policy_reports(&connection, &gathered, &found.covered, None, now)
         .await
         .unwrap();
     assert_eq!((written.created, written.updated, written.unchanged), (1, 0, 0));
@@ -340,7 +347,7 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
 
     // The same findings an hour later: nothing is sent.
     let later = now + Duration::from_secs(3600);
-    let written = audit::write::policy_reports(&connection, &found.report, &found.covered, None, later)
+    let written = audit::write::policy_reports(&connection, &gathered, &found.covered, None, later)
         .await
         .unwrap();
     assert_eq!((written.created, written.updated, written.unchanged), (0, 0, 1));
@@ -352,7 +359,8 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
         .report
         .results
         .retain(|r| r.name.as_deref() != Some("stale"));
-    let written = audit::write::policy_reports(&connection, &found.report, &found.covered, None, later)
+    let gathered = audit::write::Gathered::of(&found.report.results, false);
+    let written = audit::write::policy_reports(&connection, &gathered, &found.covered, None, later)
         .await
         .unwrap();
     assert_eq!((written.created, written.updated, written.unchanged), (0, 1, 0));

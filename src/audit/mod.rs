@@ -24,8 +24,10 @@ use kube::discovery::{ApiCapabilities, Discovery, verbs};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::judge;
+use crate::judge::{self, ObjectVerdict};
 use crate::objects::{self, KINDS, Kind, Layout};
+use crate::output::Writer;
+use crate::policy::Verdict;
 use crate::report::{ObjectReport, Report};
 
 pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, Connection, RequestFailure, Settings};
@@ -63,6 +65,8 @@ pub const BREAK_GLASS_LABEL: &str = "digest-gate.dev/break-glass";
 /// What one run read and found.
 #[derive(Debug, Clone, Default)]
 pub struct Audit {
+    /// The objects judged and not written out (with no writer, all of
+    /// them), the summary, errors and notes.
     pub report: Report,
     /// Objects read per kind, in table order.
     pub read: Vec<(&'static str, usize)>,
@@ -73,6 +77,30 @@ pub struct Audit {
     /// With `learn`: every distinct reference a workload will run
     /// (canonical repository, digest), what `--registry` verifies.
     pub will_run: BTreeSet<(String, String)>,
+    /// Objects with findings per (kind label, verdict); in audit mode the
+    /// verdict is what rewrite mode would reach.
+    pub findings: Vec<(&'static str, Verdict, usize)>,
+    /// With [`Writes::policy_reports`]: the results gathered for them.
+    pub gathered: Option<write::Gathered>,
+    /// With [`Writes::events`]: the objects an Event is written for.
+    pub flagged: Vec<ObjectReport>,
+    /// Why the run stopped before reading everything (the cluster became
+    /// unreachable): what was judged before stands, nothing is written.
+    pub stopped: Option<String>,
+}
+
+impl Audit {
+    /// Counts `report` in [`Audit::findings`] if it has one.
+    pub fn found(&mut self, report: &ObjectReport) {
+        let Some(verdict) = finding(report) else {
+            return;
+        };
+        let kind = objects::kinds::kind_label(report.kind.as_deref().unwrap_or_default());
+        match self.findings.iter_mut().find(|f| f.0 == kind && f.1 == verdict) {
+            Some(f) => f.2 += 1,
+            None => self.findings.push((kind, verdict, 1)),
+        }
+    }
 }
 
 /// Where a run read every object digest-gate judges.
@@ -88,6 +116,9 @@ pub struct Covered {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Writes {
     pub policy_reports: bool,
+    /// `--policy-reports-passes`: reports list passing results too (the
+    /// summary counts them either way).
+    pub passes: bool,
     pub events: bool,
     /// The owner reference put on everything written, so that deleting the
     /// owner (the chart's ClusterRole, on `helm uninstall`) has the garbage
@@ -119,6 +150,8 @@ fn page_size(kind: &Kind) -> u32 {
 /// Reads and judges `target` through `connection`. `Err` is a failure that
 /// stops the run (unreachable server, refused credentials); anything that
 /// could not be read but did not stop it is in the report's errors.
+/// Each object's report goes to `out` once its owner chain is known (with
+/// no writer, the report keeps them all), and to what `writes` will write.
 /// With `learn`, it also collects what each workload will run
 /// ([`Audit::will_run`]).
 pub async fn run(
@@ -126,13 +159,21 @@ pub async fn run(
     target: &Target,
     rules: judge::Rules<'_>,
     learn: bool,
+    writes: &Writes,
+    out: Option<&mut Writer<'_>>,
 ) -> Result<Audit, AuditError> {
-    let source = format!("cluster:{}", connection.context);
-    let mut audit = Audit::default();
+    let mut audit = Audit {
+        gathered: writes.policy_reports.then(|| write::Gathered::new(writes.passes)),
+        ..Audit::default()
+    };
     if rules.published.is_some() {
         audit.report.summary.registry = Some(Default::default());
     }
-    let served = discover(connection, target, &mut audit.report).await?;
+    let mut served = discover(connection, target, &mut audit.report).await?;
+    // Owners before what they own, so that a chain is known when an object
+    // is judged and its report can go: Pods, the most and owning nothing,
+    // last. An owner of a kind read later (a CronJob's Job) waits.
+    served.sort_by_key(|(kind, ..)| kind.name == "Pod");
     let namespaces = namespaces(connection, &target.scope, &mut audit.report).await?;
     audit.covered.namespaces = match &namespaces {
         Namespaces::All => None,
@@ -142,64 +183,181 @@ pub async fn run(
     if let Some(label) = target.break_glass_label.as_deref().filter(|l| !l.is_empty()) {
         audit.break_glass = break_glass(connection, label, &audit.covered, &mut audit.report).await;
     }
-    let mut owners = owners::Index::default();
-    let mut controllers = Vec::new();
-    for (kind, resource, caps) in &served {
+    let mut judging = Judging {
+        rules,
+        learn,
+        events: writes.events,
+        source: format!("cluster:{}", connection.context),
+        owners: owners::Index::default(),
+        pending: Vec::new(),
+        out,
+    };
+    let names: Vec<&str> = served.iter().map(|(kind, ..)| kind.name).collect();
+    for (at, (kind, resource, caps)) in served.iter().enumerate() {
+        let Some(places) = places(kind, &caps.scope, &namespaces, target, &mut audit) else {
+            continue;
+        };
         let lister = Lister {
             connection,
             resource,
             page: page_size(kind),
             label_selector: target.label_selector.as_deref(),
         };
-        let before = audit.report.results.len();
-        let Some(places) = places(kind, &caps.scope, &namespaces, target, &mut audit) else {
-            continue;
+        let listing = Listing {
+            kind,
+            lister: &lister,
+            namespaces: &namespaces,
+            to_come: &names[at..],
         };
+        // What was judged: with --namespace-selector, objects of other
+        // namespaces are listed but not read.
+        let read = listing.judge(places, &mut judging, &mut audit).await;
+        audit.read.push((kind.name, read));
+        if audit.stopped.is_some() {
+            break;
+        }
+    }
+    judging.finish(&mut audit);
+    audit
+        .read
+        .sort_by_key(|(name, _)| KINDS.iter().position(|k| k.name == *name));
+    Ok(audit)
+}
+
+/// One kind's listing.
+struct Listing<'a> {
+    kind: &'static Kind,
+    lister: &'a Lister<'a>,
+    namespaces: &'a Namespaces,
+    /// The kinds not read yet, this one included.
+    to_come: &'a [&'a str],
+}
+
+impl Listing<'_> {
+    /// Lists and judges the kind in each of `places`; the number judged.
+    async fn judge(
+        &self,
+        places: Vec<Option<&String>>,
+        judging: &mut Judging<'_, '_>,
+        audit: &mut Audit,
+    ) -> usize {
+        let mut read = 0;
+        let to_come = |k: &str| self.to_come.contains(&k);
         for namespace in places {
-            let judged = lister.list(namespace.map(String::as_str), |object| {
-                if let Namespaces::Selected(set) = &namespaces {
+            let judged = self.lister.list(namespace.map(String::as_str), |object| {
+                if let Namespaces::Selected(set) = self.namespaces {
                     let ns = object.pointer("/metadata/namespace").and_then(Value::as_str);
                     if ns.is_some_and(|ns| !set.contains(ns)) {
                         return;
                     }
                 }
-                owners.add(kind.name, &object);
-                let subject = judge::Subject {
-                    group: &resource.group,
-                    kind: kind.name,
-                    object: &object,
-                    old: None,
-                };
-                let j = judge::judge_as(subject, rules);
-                controllers.push(owners::controller_uid(&object));
-                let allowlist = rules.allowlist;
-                if learn {
-                    audit
-                        .will_run
-                        .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
-                }
-                let mut report = ObjectReport::new(source.clone(), &object, &j, allowlist, |_| None);
-                if let Some(published) = rules.published {
-                    report = report.with_registry(&j, allowlist, published);
-                }
-                audit.report.push(report);
+                read += 1;
+                judging.object(audit, self.kind, &self.lister.resource.group, &object, &to_come);
             });
             match judged.await {
                 Ok(()) => {}
-                Err(RequestFailure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
+                // Reports of what was read may have gone out already: the
+                // run ends with them, and with this as its error.
+                Err(RequestFailure::Fatal(m)) => {
+                    audit.report.errors.push(m.clone());
+                    audit.stopped = Some(m);
+                    break;
+                }
                 Err(RequestFailure::Request(m)) => audit.report.errors.push(m),
             }
         }
-        // What was judged: with --namespace-selector, objects of other
-        // namespaces are listed but not read.
-        audit.read.push((kind.name, audit.report.results.len() - before));
+        read
     }
-    for (result, uid) in audit.report.results.iter_mut().zip(&controllers) {
-        if let Some(uid) = uid {
-            result.owners = owners.chain(&result.owners, uid);
+}
+
+/// The judging of one run's objects, each reported once its owner chain
+/// is known.
+struct Judging<'a, 'w> {
+    rules: judge::Rules<'a>,
+    learn: bool,
+    events: bool,
+    source: String,
+    owners: owners::Index,
+    /// Reports waiting for an owner of a kind still to be read, with the
+    /// uid of their controller.
+    pending: Vec<(ObjectReport, String)>,
+    out: Option<&'a mut Writer<'w>>,
+}
+
+impl Judging<'_, '_> {
+    fn object(
+        &mut self,
+        audit: &mut Audit,
+        kind: &Kind,
+        group: &str,
+        object: &Value,
+        to_come: &dyn Fn(&str) -> bool,
+    ) {
+        self.owners.add(kind.name, object);
+        let subject = judge::Subject {
+            group,
+            kind: kind.name,
+            object,
+            old: None,
+        };
+        let j = judge::judge_as(subject, self.rules);
+        let allowlist = self.rules.allowlist;
+        if self.learn {
+            audit
+                .will_run
+                .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
+        }
+        let mut report = ObjectReport::new(self.source.clone(), object, &j, allowlist, |_| None);
+        if let Some(published) = self.rules.published {
+            report = report.with_registry(&j, allowlist, published);
+        }
+        let Some(uid) = owners::controller_uid(object) else {
+            return self.take(audit, report);
+        };
+        match self.owners.resolve(&report.owners, &uid, to_come) {
+            Some(chain) => {
+                report.owners = chain;
+                self.take(audit, report);
+            }
+            None => self.pending.push((report, uid)),
         }
     }
-    Ok(audit)
+
+    /// Counts, gathers and writes out one object's report.
+    fn take(&mut self, audit: &mut Audit, report: ObjectReport) {
+        if let Some(gathered) = &mut audit.gathered {
+            gathered.add(&report);
+        }
+        if self.events && write::needs_action(&report) {
+            audit.flagged.push(report.clone());
+        }
+        audit.found(&report);
+        audit.report.push(report);
+        if let Some(out) = self.out.as_deref_mut() {
+            out.flush(&mut audit.report);
+        }
+    }
+
+    /// Reports what waited, with the chains known now that everything was
+    /// read.
+    fn finish(&mut self, audit: &mut Audit) {
+        for (mut report, uid) in std::mem::take(&mut self.pending) {
+            report.owners = self.owners.chain(&report.owners, &uid);
+            self.take(audit, report);
+        }
+    }
+}
+
+/// What an object's report counts as in the findings: its verdict, or in
+/// audit mode what rewrite mode would reach.
+fn finding(r: &ObjectReport) -> Option<Verdict> {
+    match r.verdict {
+        ObjectVerdict::Deny => Some(Verdict::Deny),
+        ObjectVerdict::Rewrite => Some(Verdict::Rewrite),
+        _ if r.images.iter().any(|i| i.would_be == Some(Verdict::Deny)) => Some(Verdict::Deny),
+        _ if r.images.iter().any(|i| i.would_be.is_some()) => Some(Verdict::Rewrite),
+        _ => None,
+    }
 }
 
 /// Where `kind` is listed: once across the cluster, or once in each
@@ -238,18 +396,15 @@ fn places<'n>(
 /// Policy reports are written only from a complete read: a report written
 /// from a partial one would drop the results of what could not be read.
 pub async fn write(connection: &Connection, audit: &mut Audit, writes: &Writes) -> Result<(), AuditError> {
+    if let Some(why) = &audit.stopped {
+        return Err(AuditError::Unreachable(why.clone()));
+    }
     let now = std::time::SystemTime::now();
     let mut done = Vec::new();
-    if writes.policy_reports {
+    if let (true, Some(gathered)) = (writes.policy_reports, &audit.gathered) {
         if audit.report.errors.is_empty() {
-            let w = write::policy_reports(
-                connection,
-                &audit.report,
-                &audit.covered,
-                writes.owner.as_ref(),
-                now,
-            )
-            .await?;
+            let w = write::policy_reports(connection, gathered, &audit.covered, writes.owner.as_ref(), now)
+                .await?;
             done.push(("policy reports", w));
         } else {
             audit
@@ -261,7 +416,7 @@ pub async fn write(connection: &Connection, audit: &mut Audit, writes: &Writes) 
     if writes.events {
         done.push((
             "events",
-            write::events(connection, &audit.report, writes.owner.as_ref(), now).await?,
+            write::events(connection, &audit.flagged, writes.owner.as_ref(), now).await?,
         ));
     }
     for (what, w) in done {

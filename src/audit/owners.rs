@@ -15,10 +15,11 @@ use crate::report::Owner;
 /// (corrupt) cycle must end.
 const MAX_DEPTH: usize = 8;
 
-/// The listed objects that may own others, by uid.
+/// The listed objects that may own others, by uid, each with its own
+/// controller reference (`None`: it has none, the chain ends there).
 #[derive(Debug, Default)]
 pub struct Index {
-    controllers: HashMap<String, Reference>,
+    listed: HashMap<String, Option<Reference>>,
 }
 
 /// An object's controller reference.
@@ -29,32 +30,41 @@ struct Reference {
 }
 
 impl Index {
-    /// Records `object`'s own controller, so objects it owns can follow
-    /// their chain through it. Pods own nothing that is audited, so they are
-    /// not recorded (a big cluster is mostly Pods).
+    /// Records `object` and its own controller, so objects it owns can
+    /// follow their chain through it. Pods own nothing that is audited, so
+    /// they are not recorded (a big cluster is mostly Pods).
     pub fn add(&mut self, kind: &str, object: &Value) {
         if kind == "Pod" {
             return;
         }
-        let uid = object.pointer("/metadata/uid").and_then(Value::as_str);
-        if let (Some(uid), Some(reference)) = (uid, controller(object)) {
-            self.controllers.insert(uid.to_owned(), reference);
+        if let Some(uid) = object.pointer("/metadata/uid").and_then(Value::as_str) {
+            self.listed.insert(uid.to_owned(), controller(object));
         }
     }
 
     /// The chain from `first` (the object's own controller, owned by `uid`'s
-    /// object), nearest first.
-    pub fn chain(&self, first: &[Owner], uid: &str) -> Vec<Owner> {
+    /// object), nearest first; `None` while a link may still be listed: an
+    /// owner not met yet whose kind `to_come` says is still to be read.
+    pub fn resolve(&self, first: &[Owner], uid: &str, to_come: impl Fn(&str) -> bool) -> Option<Vec<Owner>> {
         let mut chain = first.to_vec();
         let mut at = uid;
         while chain.len() < MAX_DEPTH {
-            let Some(next) = self.controllers.get(at) else {
-                break;
-            };
-            chain.push(next.owner.clone());
-            at = &next.uid;
+            match self.listed.get(at) {
+                Some(Some(next)) => {
+                    chain.push(next.owner.clone());
+                    at = &next.uid;
+                }
+                Some(None) => break,
+                None if chain.last().is_some_and(|o| to_come(&o.kind)) => return None,
+                None => break,
+            }
         }
-        chain
+        Some(chain)
+    }
+
+    /// The chain from `first` through what was listed, once everything was.
+    pub fn chain(&self, first: &[Owner], uid: &str) -> Vec<Owner> {
+        self.resolve(first, uid, |_| false).unwrap_or_default()
     }
 }
 
@@ -111,6 +121,9 @@ mod tests {
             name: "x".into(),
         }];
         assert_eq!(index.chain(&first, "unknown").len(), 1);
+        // Not listed yet, but ReplicaSets are still to be read: wait.
+        assert!(index.resolve(&first, "unknown", |k| k == "ReplicaSet").is_none());
+        assert!(index.resolve(&first, "unknown", |k| k == "Deployment").is_some());
 
         let mut index = Index::default();
         index.add("ReplicaSet", &object("a", Some(("ReplicaSet", "b", "b"))));

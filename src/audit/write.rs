@@ -22,7 +22,7 @@ use super::{AuditError, Connection, Covered, Page, RequestFailure};
 use crate::judge::ImageVerdict;
 use crate::policy::{Reason, Verdict};
 use crate::published::State;
-use crate::report::{ImageReport, ObjectReport, Report};
+use crate::report::{ImageReport, ObjectReport};
 
 /// The policy name in every result, and the name of every report.
 pub const POLICY: &str = "digest-gate";
@@ -61,29 +61,88 @@ struct Content {
     owned: bool,
 }
 
+impl Content {
+    /// What tells two contents apart: a hash of their results and summary
+    /// (maps serialise in key order, so the same content hashes the same).
+    fn fingerprint(results: &[Value], summary: &Value) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for r in results {
+            r.to_string().hash(&mut h);
+        }
+        summary.to_string().hash(&mut h);
+        h.finish()
+    }
+}
+
+/// What policy reports will say, gathered object by object while the audit
+/// judges, so that no object is kept for them: per namespace (`None`: the
+/// ClusterPolicyReport), the results that need action (`fail`, `warn`;
+/// every result with `passes`), each kept as compact JSON without its
+/// timestamp, and the count of every result for the summary.
+#[derive(Debug, Clone, Default)]
+pub struct Gathered {
+    passes: bool,
+    namespaces: BTreeMap<Option<String>, Namespace>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Namespace {
+    results: Vec<Box<str>>,
+    counts: BTreeMap<PolicyResult, u64>,
+}
+
+impl Gathered {
+    /// Lists passing results too with `passes` (`--policy-reports-passes`).
+    pub fn new(passes: bool) -> Self {
+        Self {
+            passes,
+            ..Self::default()
+        }
+    }
+
+    /// The results of `objects`, as [`Gathered::add`] gathers them.
+    pub fn of<'a>(objects: impl IntoIterator<Item = &'a ObjectReport>, passes: bool) -> Self {
+        let mut gathered = Self::new(passes);
+        for object in objects {
+            gathered.add(object);
+        }
+        gathered
+    }
+
+    /// Adds an object's results.
+    pub fn add(&mut self, object: &ObjectReport) {
+        if object.images.is_empty() {
+            return;
+        }
+        let ns = self.namespaces.entry(object.namespace.clone()).or_default();
+        for (result, value) in results_of(object) {
+            *ns.counts.entry(result).or_default() += 1;
+            if self.passes || result.needs_action() {
+                ns.results.push(value.to_string().into());
+            }
+        }
+    }
+}
+
 /// Writes a PolicyReport per namespace with results (and a
 /// ClusterPolicyReport for cluster-scoped objects, when they were read), and
 /// empties the reports of covered namespaces that no longer have any.
 /// `Err` when nothing could be written at all (the CRDs are missing).
 pub async fn policy_reports(
     connection: &Connection,
-    report: &Report,
+    gathered: &Gathered,
     covered: &Covered,
     owner: Option<&Value>,
     now: SystemTime,
 ) -> Result<Written, AuditError> {
     let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut wanted: BTreeMap<Option<String>, Vec<Value>> = BTreeMap::new();
-    for object in &report.results {
-        let results = results_of(object, seconds);
-        if !results.is_empty() {
-            wanted
-                .entry(object.namespace.clone())
-                .or_default()
-                .extend(results);
-        }
-    }
-    let stored = stored_reports(connection, covered).await?;
+    let stored = stored_reports(connection, covered, gathered.passes).await?;
+    let mut wanted: BTreeMap<Option<String>, Option<&Namespace>> = gathered
+        .namespaces
+        .iter()
+        .map(|(ns, g)| (ns.clone(), Some(g)))
+        .collect();
     for ns in stored.keys() {
         if covers(covered, ns.as_deref()) {
             wanted.entry(ns.clone()).or_default();
@@ -93,18 +152,21 @@ pub async fn policy_reports(
         wanted.entry(None).or_default();
     }
     let mut written = Written::default();
-    for (ns, mut results) in wanted {
-        sort_results(&mut results);
+    for (ns, found) in wanted {
         let old = stored.get(&ns);
-        if old.is_none() && results.is_empty() {
+        let empty = Namespace::default();
+        let found = found.unwrap_or(&empty);
+        if old.is_none() && found.counts.values().sum::<u64>() == 0 {
             continue;
         }
-        if let Some(old) = old {
-            keep_first_seen(&mut results, &old.results);
-        }
-        let mut content = fit(results, ns.as_deref(), &mut written.notes);
+        let mut results: Vec<Value> = found.results.iter().map(|r| stamped(r, old, seconds)).collect();
+        sort_results(&mut results);
+        let mut content = fit(results, summary(&found.counts), ns.as_deref(), &mut written.notes);
         content.owned = owner.is_some() || old.is_some_and(|o| o.owned);
-        if old == Some(&content) {
+        if old.is_some_and(|o| {
+            o.owned == content.owned
+                && o.fingerprint == Content::fingerprint(&content.results, &content.summary)
+        }) {
             written.unchanged += 1;
             continue;
         }
@@ -118,6 +180,17 @@ pub async fn policy_reports(
     Ok(written)
 }
 
+/// A gathered result with its timestamp: that of the run that first found
+/// it, so an unchanged finding leaves the report unchanged, else now.
+fn stamped(identity: &str, old: Option<&Stored>, seconds: u64) -> Value {
+    let mut result: Value = serde_json::from_str(identity).expect("gathered results are JSON");
+    result["timestamp"] = old
+        .and_then(|o| o.first_seen.get(identity))
+        .cloned()
+        .unwrap_or_else(|| json!({"seconds": seconds, "nanos": 0}));
+    result
+}
+
 fn covers(covered: &Covered, ns: Option<&str>) -> bool {
     match (ns, &covered.namespaces) {
         (None, _) => covered.cluster,
@@ -126,8 +199,9 @@ fn covers(covered: &Covered, ns: Option<&str>) -> bool {
     }
 }
 
-/// The results for one object: one per image, `rule` its reason code.
-fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
+/// The results for one object, without timestamps: one per image, `rule`
+/// its reason code.
+fn results_of(object: &ObjectReport) -> Vec<(PolicyResult, Value)> {
     let mut resource = Map::new();
     for (key, value) in [
         ("apiVersion", &object.api_version),
@@ -174,7 +248,6 @@ fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
                 "source": POLICY,
                 "category": "Image promotion",
                 "scored": true,
-                "timestamp": {"seconds": seconds, "nanos": 0},
                 "resources": [resource.clone()],
                 "properties": properties,
             });
@@ -185,7 +258,7 @@ fn results_of(object: &ObjectReport, seconds: u64) -> Vec<Value> {
             } {
                 r["severity"] = severity.into();
             }
-            r
+            (result, r)
         })
         .collect()
 }
@@ -209,11 +282,17 @@ impl PolicyResult {
         result["result"].as_str()?.parse().ok()
     }
 
-    /// Whether the result asks for action: what a full report may drop
-    /// last, and what Events are written for.
+    /// Whether the result asks for action: what a report lists (passes
+    /// only with `--policy-reports-passes`), what a full report drops last,
+    /// and what Events are written for.
     fn needs_action(self) -> bool {
         !matches!(self, Self::Pass | Self::Skip)
     }
+}
+
+/// Whether an object has a finding an Event is written for.
+pub fn needs_action(object: &ObjectReport) -> bool {
+    object.images.iter().any(|i| result_of(i).needs_action())
 }
 
 /// `fail` for what is denied or (stored, so not yet rewritten) off its
@@ -244,28 +323,10 @@ fn sort_results(results: &mut [Value]) {
     results.sort_by_cached_key(key);
 }
 
-/// A result found before keeps the timestamp of the run that found it, so
-/// an unchanged finding leaves the report unchanged.
-fn keep_first_seen(results: &mut [Value], old: &[Value]) {
-    let identity = |r: &Value| {
-        let mut r = r.clone();
-        if let Some(m) = r.as_object_mut() {
-            m.remove("timestamp");
-        }
-        r.to_string()
-    };
-    let seen: HashMap<String, &Value> = old.iter().map(|r| (identity(r), &r["timestamp"])).collect();
-    for r in results {
-        if let Some(t) = seen.get(&identity(r)) {
-            r["timestamp"] = (*t).clone();
-        }
-    }
-}
-
 /// The report's content within [`MAX_REPORT_BYTES`]: `pass` and `skip`
-/// results go first, then findings past the budget, each drop noted.
-fn fit(mut results: Vec<Value>, ns: Option<&str>, notes: &mut Vec<String>) -> Content {
-    let summary = summary(&results);
+/// results (listed with `--policy-reports-passes`) go first, then findings
+/// past the budget, each drop noted. The summary counts them all.
+fn fit(mut results: Vec<Value>, summary: Value, ns: Option<&str>, notes: &mut Vec<String>) -> Content {
     let size = |rs: &[Value]| rs.iter().map(|r| r.to_string().len() + 1).sum::<usize>();
     let at = ns.map_or("the ClusterPolicyReport".to_owned(), |ns| {
         format!("the PolicyReport in namespace \"{ns}\"")
@@ -300,20 +361,74 @@ fn fit(mut results: Vec<Value>, ns: Option<&str>, notes: &mut Vec<String>) -> Co
     }
 }
 
-fn summary(results: &[Value]) -> Value {
-    let mut counts: BTreeMap<&str, u64> = PolicyResult::VARIANTS.iter().map(|o| (o.into(), 0)).collect();
-    for o in results.iter().filter_map(PolicyResult::of) {
-        *counts.entry(o.into()).or_default() += 1;
-    }
-    json!(counts)
+fn summary(counts: &BTreeMap<PolicyResult, u64>) -> Value {
+    let all: BTreeMap<&str, u64> = PolicyResult::VARIANTS
+        .iter()
+        .map(|o| (o.into(), counts.get(o).copied().unwrap_or(0)))
+        .collect();
+    json!(all)
 }
+
+/// What is kept of a stored report: enough to tell whether this run's
+/// content differs, and when each result it lists was first found.
+#[derive(Debug)]
+struct Stored {
+    fingerprint: u64,
+    /// A result's identity (its compact JSON without the timestamp) and
+    /// its timestamp; passes only with `--policy-reports-passes`.
+    first_seen: HashMap<String, Value>,
+    owned: bool,
+}
+
+/// A stored report as listed.
+#[derive(Deserialize)]
+struct StoredItem {
+    metadata: StoredMeta,
+    #[serde(default)]
+    results: Vec<Value>,
+    #[serde(default)]
+    summary: Value,
+}
+
+#[derive(Deserialize)]
+struct StoredMeta {
+    name: String,
+    namespace: Option<String>,
+    #[serde(default, rename = "ownerReferences")]
+    owner_references: Vec<serde::de::IgnoredAny>,
+}
+
+impl StoredItem {
+    fn kept(self, passes: bool) -> Stored {
+        let fingerprint = Content::fingerprint(&self.results, &self.summary);
+        let first_seen = self
+            .results
+            .into_iter()
+            .filter(|r| passes || PolicyResult::of(r).is_none_or(PolicyResult::needs_action))
+            .map(|mut r| {
+                let timestamp = r.as_object_mut().and_then(|m| m.remove("timestamp"));
+                (r.to_string(), timestamp.unwrap_or(Value::Null))
+            })
+            .collect();
+        Stored {
+            fingerprint,
+            first_seen,
+            owned: !self.metadata.owner_references.is_empty(),
+        }
+    }
+}
+
+/// Reports listed a few at a time: each may hold up to a MiB of results
+/// (those an earlier release wrote list every pass).
+const STORED_PAGE: u32 = 4;
 
 /// The reports named [`POLICY`] with the [`MANAGED_BY`] label, by namespace
 /// (`None` for the ClusterPolicyReport).
 async fn stored_reports(
     connection: &Connection,
     covered: &Covered,
-) -> Result<HashMap<Option<String>, Content>, AuditError> {
+    passes: bool,
+) -> Result<HashMap<Option<String>, Stored>, AuditError> {
     let mut paths = match &covered.namespaces {
         None => vec![format!("{GROUP_PATH}/policyreports")],
         Some(set) => set
@@ -324,46 +439,45 @@ async fn stored_reports(
     if covered.cluster {
         paths.push(format!("{GROUP_PATH}/clusterpolicyreports"));
     }
-    let params = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let mut params = ListParams::default()
+        .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
+        .limit(STORED_PAGE);
     let mut stored = HashMap::new();
     for path in paths {
-        let request = Request::new(&path)
-            .list(&params)
-            .map_err(|e| AuditError::Request(e.to_string()))?;
-        let list: Value = connection.client.request(request).await.map_err(|e| {
-            let message = connection.describe("list policy reports", &e).message().to_owned();
-            AuditError::Request(match e {
-                kube::Error::Api(s) if s.code == 404 => format!(
-                    "--policy-reports: the cluster does not serve wgpolicyk8s.io/v1alpha2 policy reports: install their CRDs (the chart's audit.policyReports.installCRDs) ({message})"
-                ),
-                _ => format!("--policy-reports: {message}"),
-            })
-        })?;
-        for item in list["items"].as_array().into_iter().flatten() {
-            if item.pointer("/metadata/name").and_then(Value::as_str) != Some(POLICY) {
-                continue;
+        loop {
+            let request = Request::new(&path)
+                .list(&params)
+                .map_err(|e| AuditError::Request(e.to_string()))?;
+            let mut page: Page<StoredItem> = connection
+                .client
+                .request(request)
+                .await
+                .map_err(|e| stored_error(connection, &e))?;
+            let next = page.next();
+            for item in page.items {
+                if item.metadata.name != POLICY {
+                    continue;
+                }
+                stored.insert(item.metadata.namespace.clone(), item.kept(passes));
             }
-            let ns = item
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            let results = item["results"].as_array().cloned().unwrap_or_default();
-            let summary = item.get("summary").cloned().unwrap_or(Value::Null);
-            let owned = item
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| !refs.is_empty());
-            stored.insert(
-                ns,
-                Content {
-                    results,
-                    summary,
-                    owned,
-                },
-            );
+            match next {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
         }
+        params.continue_token = None;
     }
     Ok(stored)
+}
+
+fn stored_error(connection: &Connection, e: &kube::Error) -> AuditError {
+    let message = connection.describe("list policy reports", e).message().to_owned();
+    AuditError::Request(match e {
+        kube::Error::Api(s) if s.code == 404 => format!(
+            "--policy-reports: the cluster does not serve wgpolicyk8s.io/v1alpha2 policy reports: install their CRDs (the chart's audit.policyReports.installCRDs) ({message})"
+        ),
+        _ => format!("--policy-reports: {message}"),
+    })
 }
 
 async fn write_report(
@@ -426,14 +540,14 @@ async fn write_report(
 /// finding) is counted as unchanged, not repeated.
 pub async fn events(
     connection: &Connection,
-    report: &Report,
+    objects: &[ObjectReport],
     owner: Option<&Value>,
     now: SystemTime,
 ) -> Result<Written, AuditError> {
     let time = humantime::format_rfc3339_seconds(now).to_string();
     let mut written = Written::default();
     let mut seen = BTreeSet::new();
-    for object in &report.results {
+    for object in objects {
         for image in object.images.iter().filter(|i| result_of(i).needs_action()) {
             let (Some(kind), Some(name)) = (&object.kind, &object.name) else {
                 continue;
@@ -694,9 +808,10 @@ mod tests {
 
     #[test]
     fn a_stale_image_fails_and_names_its_object() {
-        let results = results_of(&stale_pod(&Default::default()), 7);
+        let object = stale_pod(&Default::default());
+        let results = results_of(&object);
         assert_eq!(results.len(), 2);
-        let r = &results[0];
+        let r = &results[0].1;
         assert_eq!(
             (&r["policy"], &r["rule"], &r["result"], &r["severity"]),
             (
@@ -711,7 +826,11 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Pod", "namespace": "models", "name": "p", "uid": "u-1"})
         );
         assert_eq!(r["properties"]["container"], "ovms");
-        assert_eq!(summary(&results)["fail"], 2);
+        let gathered = Gathered::of([&object], false);
+        assert_eq!(
+            summary(&gathered.namespaces[&Some("models".into())].counts)["fail"],
+            2
+        );
     }
 
     #[test]
@@ -720,17 +839,46 @@ mod tests {
             mode: crate::policy::Mode::Audit,
             ..Default::default()
         };
-        let results = results_of(&stale_pod(&policy), 7);
-        assert_eq!(results[0]["result"], "warn");
+        let results = results_of(&stale_pod(&policy));
+        assert_eq!(results[0].1["result"], "warn");
+    }
+
+    #[test]
+    fn passes_are_counted_and_listed_only_when_asked() {
+        let stale = stale_pod(&Default::default());
+        let mut fine = stale.clone();
+        for image in &mut fine.images {
+            image.verdict = ImageVerdict::Allow;
+            image.rewrite = None;
+        }
+        for (passes, listed) in [(false, 2), (true, 4)] {
+            let gathered = Gathered::of([&stale, &fine], passes);
+            let ns = &gathered.namespaces[&Some("models".into())];
+            assert_eq!(ns.results.len(), listed, "passes listed: {passes}");
+            let summary = summary(&ns.counts);
+            assert_eq!((&summary["fail"], &summary["pass"]), (&json!(2), &json!(2)));
+        }
     }
 
     #[test]
     fn a_finding_seen_before_keeps_its_first_timestamp() {
         let object = stale_pod(&Default::default());
-        let old = results_of(&object, 7);
-        let mut new = results_of(&object, 99);
-        keep_first_seen(&mut new, &old);
+        let gathered = Gathered::of([&object], false);
+        let identities = &gathered.namespaces[&Some("models".into())].results;
+        let old: Vec<Value> = identities.iter().map(|r| stamped(r, None, 7)).collect();
+        let stored = StoredItem {
+            metadata: StoredMeta {
+                name: POLICY.into(),
+                namespace: Some("models".into()),
+                owner_references: Vec::new(),
+            },
+            results: old.clone(),
+            summary: Value::Null,
+        }
+        .kept(false);
+        let new: Vec<Value> = identities.iter().map(|r| stamped(r, Some(&stored), 99)).collect();
         assert_eq!(new, old);
+        assert_eq!(stored.fingerprint, Content::fingerprint(&new, &Value::Null));
     }
 
     #[test]
@@ -774,14 +922,15 @@ mod tests {
     #[test]
     fn passing_results_give_way_when_a_report_would_not_fit() {
         let object = stale_pod(&Default::default());
-        let fail = results_of(&object, 7).remove(0);
+        let fail = results_of(&object).remove(0).1;
         let mut pass = fail.clone();
         pass["result"] = "pass".into();
         pass["message"] = "x".repeat(4096).into();
         let mut results = vec![pass; 300];
         results.push(fail);
         let mut notes = Vec::new();
-        let content = fit(results, Some("models"), &mut notes);
+        let counts = [(PolicyResult::Pass, 300), (PolicyResult::Fail, 1)].into();
+        let content = fit(results, summary(&counts), Some("models"), &mut notes);
         assert_eq!(content.results.len(), 1);
         assert_eq!(
             (content.summary["pass"].clone(), content.summary["fail"].clone()),

@@ -21,9 +21,8 @@ use super::config::Background;
 use super::tasks;
 use crate::allowlist::Allowlist;
 use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
-use crate::judge::ObjectVerdict;
 use crate::metrics::AuditMetrics;
-use crate::objects::kind_label;
+use crate::output::{Format, Writer};
 use crate::policy::{Policy, Verdict};
 
 /// Seconds a Lease holds without renewal, and how long before expiry the
@@ -99,6 +98,7 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
         flags: &flags,
         writes: Writes {
             policy_reports: flags.policy_reports,
+            passes: flags.policy_reports_passes,
             events: flags.events,
             owner: None,
         },
@@ -237,7 +237,22 @@ impl Auditor<'_> {
             allowlist,
             published: None,
         };
-        let result = match audit::run(self.connection, &target, rules, false).await {
+        // Each object's report is counted and gathered, then dropped: the
+        // pod's memory does not grow with the cluster.
+        let mut nowhere = match Writer::new(Format::Text { fixed: false }, std::io::sink()) {
+            Ok(w) => w,
+            Err(e) => return tracing::error!(error = %e, "background audit: cannot start"),
+        };
+        let audited = audit::run(
+            self.connection,
+            &target,
+            rules,
+            false,
+            &self.writes,
+            Some(&mut nowhere),
+        )
+        .await;
+        let result = match audited {
             Ok(mut found) => audit::write(self.connection, &mut found, &self.writes)
                 .await
                 .map(|()| found),
@@ -293,17 +308,9 @@ fn findings(audit: &Audit) -> Vec<(&'static str, Verdict, usize)> {
         .iter()
         .flat_map(|&(kind, _)| [(kind, Verdict::Rewrite, 0), (kind, Verdict::Deny, 0)])
         .collect();
-    for r in &audit.report.results {
-        let verdict = match r.verdict {
-            ObjectVerdict::Deny => Verdict::Deny,
-            ObjectVerdict::Rewrite => Verdict::Rewrite,
-            _ if r.images.iter().any(|i| i.would_be == Some(Verdict::Deny)) => Verdict::Deny,
-            _ if r.images.iter().any(|i| i.would_be.is_some()) => Verdict::Rewrite,
-            _ => continue,
-        };
-        let kind = kind_label(r.kind.as_deref().unwrap_or_default());
+    for &(kind, verdict, n) in &audit.findings {
         if let Some(c) = counts.iter_mut().find(|c| c.0 == kind && c.1 == verdict) {
-            c.2 += 1;
+            c.2 += n;
         }
     }
     counts
@@ -330,9 +337,7 @@ mod tests {
                              "spec": {"containers": [{"name": "c", "image": image}]}});
             let list = incident_allowlist();
             let j = crate::judge::judge(&pod, None, &Default::default(), &list);
-            audit
-                .report
-                .push(ObjectReport::new("cluster:x".into(), &pod, &j, &list, |_| None));
+            audit.found(&ObjectReport::new("cluster:x".into(), &pod, &j, &list, |_| None));
         }
         let counts = findings(&audit);
         assert!(counts.contains(&("Pod", Verdict::Rewrite, 1)), "{counts:?}");

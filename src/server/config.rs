@@ -141,6 +141,14 @@ pub struct Background {
     /// Write the findings as wgpolicyk8s.io PolicyReports.
     #[arg(long = "audit-policy-reports", env = "DIGEST_GATE_AUDIT_POLICY_REPORTS")]
     pub policy_reports: bool,
+    /// With --audit-policy-reports: list passing results too (by default a
+    /// report lists what needs action and its summary counts the rest).
+    #[arg(
+        long = "audit-policy-reports-passes",
+        env = "DIGEST_GATE_AUDIT_POLICY_REPORTS_PASSES",
+        requires = "policy_reports"
+    )]
+    pub policy_reports_passes: bool,
     /// Write a Warning Event on each object with a finding.
     #[arg(long = "audit-events", env = "DIGEST_GATE_AUDIT_EVENTS")]
     pub events: bool,

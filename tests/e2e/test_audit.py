@@ -401,7 +401,7 @@ def written_by_audit(cluster: ControlPlane) -> dict[tuple[str, str, str], tuple[
     return out
 
 
-def test_a_rerun_by_this_build_leaves_what_the_previous_build_wrote_unchanged(report_crds, release):
+def test_a_rerun_by_this_build_updates_the_previous_builds_reports_cleanly(report_crds, release):
     cluster = report_crds
     release.pod.binary = previous_build(PREVIOUS_BUILD)
     release.install({"audit": {"enabled": True, "interval": "1h", "events": True,
@@ -412,18 +412,35 @@ def test_a_rerun_by_this_build_leaves_what_the_previous_build_wrote_unchanged(re
     assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
     before = written_by_audit(cluster)
     assert sum(1 for k in before if k[0] == POLICY_REPORT) == 2 and sum(1 for k in before if k[0] == "events") == 5
+    # The previous build listed a pass for every compliant image.
+    assert any(r["result"] == "pass" for (kind, ns, _), (_, seen) in before.items()
+               if kind == POLICY_REPORT and ns == MODELS for r in seen["results"])
 
-    # The same pod, its container now this build's.
-    pod.binary = None
-    pod.restart_container()
-    wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
-    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+    def this_build_audits():
+        pod.binary = None
+        pod.restart_container()
+        wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+        assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+        return written_by_audit(cluster)
+
+    after = this_build_audits()
     expected = {"ConfigMap": 1, "ServingRuntime": 1, "Deployment": 1, "ReplicaSet": 1, "Pod": 1}
     for kind, n in expected.items():
         assert pod.metric("digest_gate_audit_findings", kind=kind, verdict="rewrite") == n, kind
-    after = written_by_audit(cluster)
-    # Nothing rewritten, nothing added: the same objects at the same versions.
-    assert after == before
+    assert after.keys() == before.keys()
+    for key, (version, seen) in before.items():
+        if key[0] == "events":
+            assert after[key] == (version, seen), key
+            continue
+        # The same summary and the same findings, first seen when they were
+        # first seen; the passes are counted, no longer listed. A report
+        # that listed no pass is left as it was.
+        new_version, new = after[key]
+        findings = [r for r in seen["results"] if r["result"] not in ("pass", "skip")]
+        assert new == {**seen, "results": findings}, key
+        assert (new_version == version) == (findings == seen["results"]), key
+    # Once updated, this build's next run changes nothing.
+    assert this_build_audits() == after
     release.uninstall()
     assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
 
@@ -480,8 +497,8 @@ def test_policy_reports_and_events_are_written_once_and_follow_the_cluster(repor
     by_object = results_by_object(models)
     stale_names = {name for (kind, name), results in by_object.items() if results == {"fail"}}
     assert {"ovms", "ovms-late", "modelmesh-serving-ovms"} <= stale_names
-    assert by_object[("ServingRuntime", "ovms-promoted")] == {"pass"}
-    assert by_object[("Deployment", "fine")] == {"pass"}
+    # What needs action is listed; the passes are counted.
+    assert all(results == {"fail"} for results in by_object.values()), by_object
     assert models["summary"]["fail"] == 5 and models["summary"]["pass"] >= 4, models["summary"]
     (fail,) = [x for x in models["results"] if x["resources"][0]["name"] == "ovms-late"]
     assert (fail["rule"], fail["properties"]["image"], fail["properties"]["promoted"]) == \
@@ -509,13 +526,28 @@ def test_policy_reports_and_events_are_written_once_and_follow_the_cluster(repor
             for ns in (MODELS, APPS)} == versions
     assert len(our_events(cluster, MODELS)) == 5
 
+    # --policy-reports-passes lists the passes too, with the same summary;
+    # a run without it takes them out again.
+    summary = models["summary"]
+    r = audit(cluster.kubeconfig, *run, "--policy-reports-passes")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert written(r.stdout, "policy reports") == "0 created, 1 updated, 1 unchanged", r.stdout
+    with_passes = cluster.get(POLICY_REPORT, "digest-gate", MODELS)
+    assert with_passes["summary"] == summary
+    assert results_by_object(with_passes)[("ServingRuntime", "ovms-promoted")] == {"pass"}
+    assert results_by_object(with_passes)[("Deployment", "fine")] == {"pass"}
+    r = audit(cluster.kubeconfig, *run)
+    assert written(r.stdout, "policy reports") == "0 created, 1 updated, 1 unchanged", r.stdout
+    assert cluster.get(POLICY_REPORT, "digest-gate", MODELS)["results"] == models["results"]
+
     # A fixed object passes; a deleted one leaves the report.
     late["spec"]["containers"][0]["image"] = PROMOTED_IMAGE
     cluster.apply(late)
     r = audit(cluster.kubeconfig, *run)
     assert written(r.stdout, "policy reports") == "0 created, 1 updated, 1 unchanged", r.stdout
-    assert results_by_object(cluster.get(POLICY_REPORT, "digest-gate", MODELS))[("ServingRuntime", "ovms-late")] \
-        == {"pass"}
+    fixed = cluster.get(POLICY_REPORT, "digest-gate", MODELS)
+    assert ("ServingRuntime", "ovms-late") not in results_by_object(fixed)
+    assert (fixed["summary"]["fail"], fixed["summary"]["pass"]) == (summary["fail"] - 1, summary["pass"] + 1)
     cluster.kubectl("delete", "servingruntime", "ovms-late", "-n", MODELS)
     r = audit(cluster.kubeconfig, *run)
     assert written(r.stdout, "policy reports") == "0 created, 1 updated, 1 unchanged", r.stdout
