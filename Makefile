@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check bench-dump soak fuzz
 
 test: fmt-check clippy unit chart-test registry-test
 
@@ -110,8 +110,12 @@ bench-instructions:
 
 # `digest-gate audit` of 5,000 Pods and 500 ServingRuntimes on the e2e control
 # plane, against kubectl reading the same objects; see BENCHMARKS.md.
+# SIZE: cluster sizes in objects, ascending (5500,55000: about 3 minutes more
+# to create); BASELINE: an earlier digest-gate build measured beside this one.
+SIZE ?= 5500
 bench-audit: $(VENV)/.installed tools
-	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" $(VENV)/bin/python bench/audit_scale.py
+	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" $(VENV)/bin/python bench/audit_scale.py \
+		--sizes $(SIZE) $(if $(BASELINE),--baseline $(BASELINE))
 	mkdir -p bench/results
 	cp target/bench-audit/report.md bench/results/audit.md
 
@@ -120,6 +124,12 @@ bench-check:
 	$(PYTHON) bench/check_stream.py
 	mkdir -p bench/results
 	cp target/bench-check/report.md bench/results/check-stream.md
+
+# A cluster dump on standard input; BASELINE as for bench-audit.
+bench-dump: $(VENV)/.installed
+	$(VENV)/bin/python bench/check_dump.py $(if $(BASELINE),--baseline $(BASELINE))
+	mkdir -p bench/results
+	cp target/bench-dump/report.md bench/results/check-dump.md
 
 release:
 	$(CARGO) build --release --locked

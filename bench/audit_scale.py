@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """Wall time and peak memory of `digest-gate audit` on a big cluster.
 
-    make bench-audit
-    .venv/bin/python bench/audit_scale.py [--pods 5000] [--runtimes 500] [--namespaces 10] [--runs 3]
+    make bench-audit [SIZE=5500,55000] [BASELINE=OLD_BINARY]
+    .venv/bin/python bench/audit_scale.py [--sizes 5500,55000] [--namespaces 10] [--runs 3]
+                                          [--baseline OLD_BINARY] [--kubectl-max 5500]
 
 Starts the e2e suite's control plane (tests/e2e/cluster.py: etcd, kube-apiserver
 and kube-controller-manager on loopback, built by tests/e2e/control-plane.sh),
-fills it with --pods Pods (the ModelMesh runtime pod of bench/modelmesh-pod.json,
-8 KB each) and --runtimes ServingRuntimes (examples/manifests/incident-servingruntime.yaml)
-over --namespaces namespaces, one object in ten on the incident's never-promoted
-digest, then runs `digest-gate audit -A -o json` (release build) under the
-kernel's accounting: wall time and peak RSS (`ru_maxrss`), median of --runs.
+and fills it, size by size, with objects over --namespaces namespaces: ten in
+eleven are Pods (the ModelMesh runtime pod of bench/modelmesh-pod.json, 8 KB
+each), one in eleven ServingRuntimes (examples/manifests/incident-servingruntime.yaml),
+one object in ten on the incident's never-promoted digest. At each size it runs
+`digest-gate audit -A -o json` (release build), without and with
+`--policy-reports` (the CRDs the chart ships applied first), under the kernel's
+accounting: wall time and peak RSS (`ru_maxrss`), median of --runs.
 
-The baseline, measured in the same run against the same apiserver, is what a
+The baselines, measured in the same run against the same apiserver: an earlier
+build (--baseline, `audit -A -o json`), and, up to --kubectl-max objects, what a
 person does without `audit`: the control plane's own kubectl reading the same
-objects (`kubectl get pods,servingruntimes -A -o json`), alone and followed by
-`digest-gate check -f -` on what it printed.
+objects (`kubectl get pods,servingruntimes -A -o json`; 22 GiB at 55,000
+objects), alone and followed by `digest-gate check -f -` on what it printed.
 
 Writes target/bench-audit/report.md (and prints it).
 """
@@ -78,17 +82,27 @@ def runtime_template() -> dict:
     return sr
 
 
-def objects(pods: int, runtimes: int, namespaces: int):
-    """(path, body) of every object to create; one in ten is stale."""
+REPORT_CRDS = ROOT / "charts" / "digest-gate" / "files" / "policyreport"
+
+
+def split(size: int) -> tuple[int, int]:
+    """(Pods, ServingRuntimes) of a cluster of `size` objects."""
+    runtimes = size // 11
+    return size - runtimes, runtimes
+
+
+def objects(pods: int, runtimes: int, namespaces: int, start: tuple[int, int] = (0, 0)):
+    """(path, body) of every object to create past `start` (Pods,
+    ServingRuntimes already there); one in ten is stale."""
     pod, sr = pod_template(), runtime_template()
-    for i in range(pods):
+    for i in range(start[0], pods):
         p = copy.deepcopy(pod)
         p["metadata"]["name"] = f"modelmesh-serving-ovms-{i}"
         ns = f"bench-{i % namespaces}"
         (ovms,) = [c for c in p["spec"]["containers"] if c["name"] == "ovms"]
         ovms["image"] = STALE if i % 10 == 0 else PROMOTED
         yield f"/api/v1/namespaces/{ns}/pods", p
-    for i in range(runtimes):
+    for i in range(start[1], runtimes):
         r = copy.deepcopy(sr)
         r["metadata"]["name"] = f"ovms-{i}"
         ns = f"bench-{i % namespaces}"
@@ -96,13 +110,18 @@ def objects(pods: int, runtimes: int, namespaces: int):
         yield f"/apis/serving.kserve.io/v1alpha1/namespaces/{ns}/servingruntimes", r
 
 
-def fill(cp: ControlPlane, pods: int, runtimes: int, namespaces: int):
+def namespaces_ready(cp: ControlPlane, namespaces: int):
+    """The namespaces, each with its default ServiceAccount (a Pod is
+    refused without it)."""
     for n in range(namespaces):
         cp.namespace(f"bench-{n}")
     for n in range(namespaces):
         wait_until(f"the default ServiceAccount of bench-{n}",
                    lambda n=n: cp.get("serviceaccount", "default", f"bench-{n}") is not None)
-    todo = list(objects(pods, runtimes, namespaces))
+
+
+def fill(cp: ControlPlane, pods: int, runtimes: int, namespaces: int, start: tuple[int, int] = (0, 0)):
+    todo = list(objects(pods, runtimes, namespaces, start))
     ctx = ssl.create_default_context(cafile=str(cp.pki / "ca.crt"))
 
     def writer(part: list[tuple[str, dict]]) -> int:
@@ -128,81 +147,112 @@ def median_of(runs: int, one) -> tuple[float, float]:
     return statistics.median(r[0] for r in results), statistics.median(r[1] for r in results)
 
 
+class Bench:
+    """One run's cluster, binaries and measurements."""
+
+    def __init__(self, args, cp: ControlPlane, tmp: pathlib.Path):
+        self.args, self.cp, self.tmp = args, cp, tmp
+        self.kc = str(cp.kubeconfig)
+
+    def audit(self, binary: str, total: int, stale: int, *extra: str) -> tuple[float, float]:
+        out = self.tmp / "audit.json"
+
+        def one():
+            r = measure([binary, "audit", "--allowlist", str(ALLOWLIST), "--kubeconfig", self.kc,
+                         "-A", "-o", "json", *extra], out)
+            assert r[2] == 1, f"audit exited {r[2]}"
+            return r
+        result = median_of(self.args.runs, one)
+        # Read back a result at a time: the report may be hundreds of MB.
+        report = json.loads(out.read_text())
+        judged = sum(1 for r in report["results"] if r["kind"] in ("Pod", "ServingRuntime"))
+        found = sum(1 for r in report["results"] if r["verdict"] != "allow")
+        assert judged == total and found == stale and not report.get("errors"), (judged, found, report.get("errors"))
+        return result
+
+    def kubectl(self, total: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        listing = self.tmp / "kubectl.json"
+        kubectl = [str(self.cp.bin / "kubectl"), f"--kubeconfig={self.kc}", "get", "pods,servingruntimes", "-A",
+                   "-o", "json"]
+
+        def read():
+            r = measure(kubectl, listing)
+            assert r[2] == 0, f"kubectl exited {r[2]}"
+            return r
+        get = median_of(self.args.runs, read)
+
+        def read_and_check():
+            s1, m1, _ = read()
+            s2, m2, code = measure([self.args.binary, "check", "--allowlist", str(ALLOWLIST), "-f", "-",
+                                    "-o", "json"], self.tmp / "check.json", stdin=listing)
+            assert code == 1, f"check exited {code}"
+            return s1 + s2, max(m1, m2)
+        pipe = median_of(self.args.runs, read_and_check)
+        checked = json.loads((self.tmp / "check.json").read_text())["summary"]["objects"]
+        assert checked == total, checked
+        return get, pipe
+
+    def size(self, size: int) -> list[tuple[str, float, float]]:
+        pods, runtimes = split(size)
+        stale = len(range(0, pods, 10)) + len(range(0, runtimes, 10))
+        label = f"{size:,} objects"
+        rows = [(f"`digest-gate audit -A -o json`, {label}", *self.audit(self.args.binary, size, stale))]
+        rows.append((f"the same with `--policy-reports`, {label}",
+                     *self.audit(self.args.binary, size, stale, "--policy-reports")))
+        if self.args.baseline:
+            rows.append((f"the baseline build's `audit -A -o json`, {label}",
+                         *self.audit(self.args.baseline, size, stale)))
+        if size <= self.args.kubectl_max:
+            get, pipe = self.kubectl(size)
+            rows.append((f"`kubectl get pods,servingruntimes -A -o json`, {label}", *get))
+            rows.append((f"the same `kubectl get`, then `digest-gate check -f -`, {label}", *pipe))
+        return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pods", type=int, default=5000)
-    ap.add_argument("--runtimes", type=int, default=500)
+    ap.add_argument("--sizes", default="5500", help="cluster sizes (objects), ascending")
     ap.add_argument("--namespaces", type=int, default=10)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", help="an earlier digest-gate build to measure beside this one")
+    ap.add_argument("--kubectl-max", type=int, default=5500, help="largest size kubectl reads (it holds it all)")
     binary_argument(ap)
     args = ap.parse_args()
     built(args.binary)
     OUT.mkdir(parents=True, exist_ok=True)
-    total = args.pods + args.runtimes
-    stale = len(range(0, args.pods, 10)) + len(range(0, args.runtimes, 10))
-
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
     with tempfile.TemporaryDirectory(prefix="digest-gate-bench-audit-") as tmp:
         tmp = pathlib.Path(tmp)
         cp = ControlPlane(tmp / "control-plane", binaries())
         try:
             cp.start()
             cp.kubectl("apply", "-f", str(SR_CRD))
-            wait_until("the ServingRuntime CRD", lambda: any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in cp.get("crd", "servingruntimes.serving.kserve.io").get("status", {}).get("conditions", [])))
-            fill(cp, args.pods, args.runtimes, args.namespaces)
-            kc = str(cp.kubeconfig)
-
-            audit_json = tmp / "audit.json"
-
-            def audit():
-                r = measure([args.binary, "audit", "--allowlist", str(ALLOWLIST), "--kubeconfig", kc,
-                             "-A", "-o", "json"], audit_json)
-                assert r[2] == 1, f"audit exited {r[2]}"
-                return r
-            audit_s, audit_mib = median_of(args.runs, audit)
-            report = json.loads(audit_json.read_text())
-            judged = sum(1 for r in report["results"] if r["kind"] in ("Pod", "ServingRuntime"))
-            found = sum(1 for r in report["results"] if r["verdict"] != "allow")
-            assert judged == total and found == stale and not report.get("errors"), (judged, found, report.get("errors"))
-
-            listing = tmp / "kubectl.json"
-            kubectl = [str(cp.bin / "kubectl"), f"--kubeconfig={kc}", "get", "pods,servingruntimes", "-A",
-                       "-o", "json"]
-
-            def read():
-                r = measure(kubectl, listing)
-                assert r[2] == 0, f"kubectl exited {r[2]}"
-                return r
-            get_s, get_mib = median_of(args.runs, read)
-
-            def read_and_check():
-                s1, m1, _ = read()
-                s2, m2, code = measure([args.binary, "check", "--allowlist", str(ALLOWLIST), "-f", "-",
-                                        "-o", "json"], tmp / "check.json", stdin=listing)
-                assert code == 1, f"check exited {code}"
-                return s1 + s2, max(m1, m2)
-            pipe_s, pipe_mib = median_of(args.runs, read_and_check)
-            checked = json.loads((tmp / "check.json").read_text())["summary"]["objects"]
-            assert checked == total, checked
+            for crd in sorted(REPORT_CRDS.glob("*.yaml")):
+                cp.kubectl("apply", "-f", str(crd))
+            for crd in ("servingruntimes.serving.kserve.io", "policyreports.wgpolicyk8s.io"):
+                cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            namespaces_ready(cp, args.namespaces)
+            bench = Bench(args, cp, tmp)
+            there = (0, 0)
+            for size in sizes:
+                fill(cp, *split(size), args.namespaces, start=there)
+                there = split(size)
+                rows += bench.size(size)
         finally:
             cp.stop()
-
-    rows = [
-        ("`digest-gate audit -A -o json`", audit_s, audit_mib),
-        ("`kubectl get pods,servingruntimes -A -o json` (baseline: reading only)", get_s, get_mib),
-        ("the same `kubectl get`, then `digest-gate check -f -`", pipe_s, pipe_mib),
-    ]
+    first = rows[0]
     lines = [
-        f"{args.pods:,} Pods (ModelMesh runtime pods, 8 KB each) and {args.runtimes:,} ServingRuntimes in "
-        f"{args.namespaces} namespaces, {stale} of them stale; median of {args.runs} runs.",
+        f"Sizes {args.sizes} (ten in eleven objects ModelMesh runtime Pods, 8 KB each, one in eleven "
+        f"ServingRuntimes) in {args.namespaces} namespaces, one in ten stale; median of {args.runs} runs.",
         "",
-        "| what | wall s | peak RSS MiB | wall / kubectl | RSS / kubectl |",
+        f"| what | wall s | peak RSS MiB | wall / first row | RSS / first row |",
         "|---|---|---|---|---|",
     ]
     for what, s, mib in rows:
-        lines.append(f"| {what} | {s:.2f} | {mib:.1f} | {s / get_s:.2f} | {mib / get_mib:.2f} |")
-    lines += ["", f"`audit` judged {total:,} objects and found the {stale} stale ones, with no errors."]
+        lines.append(f"| {what} | {s:.2f} | {mib:.1f} | {s / first[1]:.2f} | {mib / first[2]:.2f} |")
+    lines += ["", "Every `audit` judged every Pod and ServingRuntime and found exactly the stale ones, with no "
+              "errors."]
     text = "\n".join(lines) + "\n"
     (OUT / "report.md").write_text(text)
     print(text)

@@ -9,7 +9,6 @@
 //! with `--fix` the input is kept whole to be edited.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,11 +91,10 @@ impl Manifest {
             ),
             Place::Text(text) => (Box::new(std::io::Cursor::new(text.clone().into_bytes())), false),
             Place::Spilled(file) => {
-                let mut file = file
+                // A clone shares the file's offset: each pass starts over.
+                let file = file
                     .try_clone()
                     .and_then(|mut f| f.rewind().map(|()| f))
-                    .map_err(|e| format!("-: cannot read standard input again: {e}"))?;
-                file.rewind()
                     .map_err(|e| format!("-: cannot read standard input again: {e}"))?;
                 (Box::new(file), false)
             }
@@ -181,13 +179,43 @@ fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Manifest>, pr
     }
 }
 
-/// A manifest after `--fix`.
+/// A manifest after `--fix`: its text and the edits that fix it, applied
+/// as it is written out ([`Fixed::write_to`]), so a big input is not held
+/// twice.
 #[derive(Debug, Clone)]
 pub struct Fixed {
     pub name: String,
-    pub text: String,
+    text: String,
+    edits: Vec<Edit>,
     /// Images rewritten in this file.
     pub rewrites: usize,
+}
+
+impl Fixed {
+    /// Writes the fixed text.
+    pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let mut at = 0;
+        for e in &self.edits {
+            out.write_all(&self.text.as_bytes()[at..e.start])?;
+            out.write_all(e.text.as_bytes())?;
+            at = e.end;
+        }
+        out.write_all(&self.text.as_bytes()[at..])
+    }
+
+    /// The fixed text.
+    pub fn text(&self) -> String {
+        let mut out = Vec::with_capacity(self.text.len());
+        self.write_to(&mut out).expect("writing to memory succeeds");
+        String::from_utf8(out).expect("edits keep UTF-8")
+    }
+
+    fn ends_with_newline(&self) -> bool {
+        match self.edits.last() {
+            Some(e) if e.end == self.text.len() => e.text.ends_with('\n'),
+            _ => self.text.ends_with('\n'),
+        }
+    }
 }
 
 /// Everything a check run found.
@@ -472,14 +500,16 @@ impl FileCheck<'_, '_> {
         };
         if looks_json && self.fix {
             let mut again = json::Source::new(text.as_bytes());
-            match self.json(&mut again, Some(&text), outcome) {
+            let read = self.json(&mut again, Some(&text), outcome);
+            let untouched = again.untouched();
+            match read {
                 Ok(()) => {
                     self.end(outcome);
-                    return self.finish_fixing(&text, true, outcome);
+                    return self.finish_fixing(text, true, outcome);
                 }
-                Err(e) if !again.untouched() => {
+                Err(e) if !untouched => {
                     self.broken(&e, outcome);
-                    return self.finish_fixing(&text, true, outcome);
+                    return self.finish_fixing(text, true, outcome);
                 }
                 Err(_) => {}
             }
@@ -490,7 +520,7 @@ impl FileCheck<'_, '_> {
                 outcome.report.notes.push(format!("{}: {advice}", self.name));
             }
             if self.fix {
-                self.finish_fixing(&text, false, outcome);
+                self.finish_fixing(text, false, outcome);
             }
         }
     }
@@ -715,7 +745,7 @@ impl FileCheck<'_, '_> {
         j
     }
 
-    fn finish_fixing(&mut self, text: &str, json: bool, outcome: &mut Checked) {
+    fn finish_fixing(&mut self, text: String, json: bool, outcome: &mut Checked) {
         std::mem::take(&mut self.fixing).finish(self.name, text, json, outcome);
     }
 }
@@ -804,38 +834,50 @@ impl Fixing {
         }
     }
 
-    /// Applies the edits, proves nothing else moved, and records the file.
-    fn finish(self, name: &str, original: &str, json: bool, outcome: &mut Checked) {
-        let text = if self.edits.is_empty() && self.failed.is_none() {
-            Ok(original.to_owned())
-        } else if let Some(e) = self.failed {
+    /// Proves the edits change nothing but the images, and records the
+    /// file: JSON with its edits, to be applied as it is written out; YAML
+    /// fixed (its proof reads the whole result).
+    fn finish(mut self, name: &str, original: String, json: bool, outcome: &mut Checked) {
+        self.edits.sort_by_key(|e| (e.start, e.end));
+        self.edits.dedup();
+        let checked = if let Some(e) = self.failed {
             Err(e)
+        } else if self.edits.is_empty() {
+            Ok(None)
+        } else if json {
+            verify_json(&original, &self.edits, &self.expected_json).map(|()| None)
         } else {
-            yaml::apply_edits(original, self.edits)
+            yaml::apply_edits(&original, self.edits.clone())
                 .map_err(|e| e.to_string())
-                .and_then(|t| {
-                    match json {
-                        true => verify_json(&t, original, &self.expected_json),
-                        false => verify(&t, original, &self.expected),
-                    }
-                    .map(|()| t)
-                })
+                .and_then(|t| verify(&t, &original, &self.expected).map(|()| Some(t)))
         };
-        let (text, rewrites) = match text {
-            Ok(text) => (text, self.rewrites),
+        let fixed = match checked {
+            Ok(None) => Fixed {
+                name: name.to_owned(),
+                text: original,
+                edits: self.edits,
+                rewrites: self.rewrites,
+            },
+            Ok(Some(text)) => Fixed {
+                name: name.to_owned(),
+                text,
+                edits: Vec::new(),
+                rewrites: self.rewrites,
+            },
             Err(e) => {
                 outcome.still_denied += self.rewrites;
                 outcome.report.errors.push(format!(
                     "{name}: cannot rewrite in place ({e}); apply the rewrites above by hand"
                 ));
-                (original.to_owned(), 0)
+                Fixed {
+                    name: name.to_owned(),
+                    text: original,
+                    edits: Vec::new(),
+                    rewrites: 0,
+                }
             }
         };
-        outcome.fixed.push(Fixed {
-            name: name.to_owned(),
-            text,
-            rewrites,
-        });
+        outcome.fixed.push(fixed);
     }
 }
 
@@ -893,53 +935,51 @@ fn embedded_edits(
         .map_err(|err| err.to_string())
 }
 
-/// Re-reads fixed JSON: it must read as the same values, and each value
-/// that was fixed must be the original with the rewrites applied. The
-/// edits replaced string tokens whole, so the bytes between them are the
-/// original's by construction.
-fn verify_json(text: &str, original: &str, expected: &[JsonExpected]) -> Result<(), String> {
-    let mut shift: isize = 0;
-    let mut done = 0;
-    let mut source = json::Source::new(text.as_bytes());
-    // Each fixed value's new start is found by reading the result: its
-    // values come in the same order as the original's.
-    let mut next = expected.iter().peekable();
-    json::read(&mut source, |part| {
-        let (document, piece) = match &part {
-            Part::Whole { document, piece } | Part::Item { document, piece, .. } => (*document, piece),
-            Part::End { .. } => return Ok(()),
-        };
-        let Some(&want) = next.peek() else {
-            return Ok(());
-        };
-        if want.document != document || (want.start as isize + shift) as usize != piece.start.offset {
-            return Ok(());
-        }
-        next.next();
+/// Proves fixed JSON: each value that was fixed, with its edits applied,
+/// must read as the original with the rewrites applied. The edits replace
+/// whole string tokens with JSON strings inside those values (sorted, none
+/// overlapping), so everything else is the original's, and the result is
+/// JSON wherever the original was.
+fn verify_json(original: &str, edits: &[Edit], expected: &[JsonExpected]) -> Result<(), String> {
+    if let Some(pair) = edits.windows(2).find(|p| p[1].start < p[0].end) {
+        let line = original[..pair[1].start].matches('\n').count() + 1;
+        return Err(yaml::EditError::Conflict { line }.to_string());
+    }
+    let mut covered = 0;
+    for want in expected {
+        let inside: Vec<Edit> = edits
+            .iter()
+            .filter(|e| e.start >= want.start && e.end <= want.end)
+            .map(|e| Edit {
+                start: e.start - want.start,
+                end: e.end - want.start,
+                text: e.text.clone(),
+            })
+            .collect();
+        covered += inside.len();
+        let before = &original[want.start..want.end];
+        let after = yaml::apply_edits(before, inside).map_err(|e| e.to_string())?;
         let mut value: Value =
-            serde_json::from_str(&original[want.start..want.end]).map_err(|e| at_error(e, piece))?;
+            serde_json::from_str(before).map_err(|e| format!("the original no longer parses: {e}"))?;
         for (prefix, ops) in &want.objects {
             let object = value
                 .pointer_mut(prefix)
-                .ok_or_else(|| piece.start.error(format!("{prefix}: not in the value")))?;
-            json_patch::patch(object, ops).map_err(|e| piece.start.error(e.to_string()))?;
+                .ok_or_else(|| format!("{prefix}: not in the value"))?;
+            json_patch::patch(object, ops).map_err(|e| e.to_string())?;
         }
-        if piece.value()? != value {
-            return Err(piece.start.error("the value would change beyond its images"));
+        let fixed: Value =
+            serde_json::from_str(&after).map_err(|e| format!("the result does not parse: {e}"))?;
+        if fixed != value {
+            return Err(format!(
+                "document {} would change beyond its images",
+                want.document
+            ));
         }
-        shift += piece.bytes.len() as isize - (want.end - want.start) as isize;
-        done += 1;
-        Ok(())
-    })
-    .map_err(|e| format!("the result does not read back: {e}"))?;
-    if done != expected.len() {
-        return Err("the fixed values do not line up".into());
+    }
+    if covered != edits.len() {
+        return Err("the rewritten values do not line up".into());
     }
     Ok(())
-}
-
-fn at_error(e: serde_json::Error, piece: &Piece) -> JsonError {
-    piece.start.error(format!("the original no longer parses: {e}"))
 }
 
 /// Re-reads the fixed text beside the original, document by document: it
@@ -1033,24 +1073,23 @@ fn position_of_site(doc: &Document, at: &str, image: &ImageJudgement) -> Positio
 
 // === output ===
 
-/// The fixed manifests for stdout: one input as it is; several in a single
-/// stream, each behind a `# Source:` comment.
-pub fn fixed_stream(fixed: &[Fixed]) -> String {
+/// Writes the fixed manifests for stdout: one input as it is; several in a
+/// single stream, each behind a `# Source:` comment.
+pub fn write_fixed(fixed: &[Fixed], out: &mut impl std::io::Write) -> std::io::Result<()> {
     if let [one] = fixed {
-        return one.text.clone();
+        return one.write_to(out);
     }
-    let mut out = String::new();
     for (i, f) in fixed.iter().enumerate() {
         if i > 0 {
-            out.push_str("---\n");
+            out.write_all(b"---\n")?;
         }
-        let _ = writeln!(out, "# Source: {}", f.name);
-        out.push_str(&f.text);
-        if !f.text.ends_with('\n') {
-            out.push('\n');
+        writeln!(out, "# Source: {}", f.name)?;
+        f.write_to(out)?;
+        if !f.ends_with_newline() {
+            out.write_all(b"\n")?;
         }
     }
-    out
+    Ok(())
 }
 
 /// The exit code contract: 0 compliant, 1 something denied or to rewrite
@@ -1115,7 +1154,7 @@ mod tests {
                 &format!("'{REPO}:v1.21.0-15'"),
                 &format!("'{REPO}:v1.21.0-15@{GOOD}'"),
             );
-        assert_eq!(o.fixed[0].text, want);
+        assert_eq!(o.fixed[0].text(), want);
         assert_eq!(o.fixed[0].rewrites, 2);
         assert_eq!(exit_code(&o, true), 0);
         assert_eq!(exit_code(&run(&text, false), false), 1);
@@ -1180,6 +1219,37 @@ mod tests {
     }
 
     #[test]
+    fn a_json_fix_is_proved_value_by_value() {
+        let original = "[{\"a\": \"x\", \"b\": \"y\"}]";
+        let op = |path: &str| -> Vec<PatchOperation> {
+            serde_json::from_value(serde_json::json!([{"op": "replace", "path": path, "value": "z"}]))
+                .unwrap()
+        };
+        let expected = |path: &str| JsonExpected {
+            document: 0,
+            start: 1,
+            end: original.len() - 1,
+            objects: vec![(String::new(), op(path))],
+        };
+        let edit = |start: usize| Edit {
+            start,
+            end: start + 3,
+            text: "\"z\"".into(),
+        };
+        // "x" stands at byte 7, "y" at byte 17.
+        assert_eq!(verify_json(original, &[edit(7)], &[expected("/a")]), Ok(()));
+        assert_eq!(
+            verify_json(original, &[edit(17)], &[expected("/a")]),
+            Err("document 0 would change beyond its images".into())
+        );
+        assert!(verify_json(original, &[edit(7), edit(8)], &[expected("/a")]).is_err());
+        assert_eq!(
+            verify_json(original, &[edit(7)], &[]),
+            Err("the rewritten values do not line up".into())
+        );
+    }
+
+    #[test]
     fn denied_images_remain_after_fixing() {
         let text = format!(
             "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n    - {{name: a, image: {REPO}:latest}}\n    - {{name: b, image: {REPO}@{BAD}}}\n"
@@ -1187,7 +1257,7 @@ mod tests {
         let o = run(&text, true);
         assert_eq!(o.still_denied, 1);
         assert_eq!(exit_code(&o, true), 1);
-        assert!(o.fixed[0].text.contains(&format!("image: {REPO}@{GOOD}}}")));
-        assert!(o.fixed[0].text.contains(&format!("image: {REPO}:latest}}")));
+        assert!(o.fixed[0].text().contains(&format!("image: {REPO}@{GOOD}}}")));
+        assert!(o.fixed[0].text().contains(&format!("image: {REPO}:latest}}")));
     }
 }

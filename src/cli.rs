@@ -705,13 +705,18 @@ fn run_check(args: &CheckArgs) -> u8 {
     if args.fix {
         if args.in_place {
             for f in outcome.fixed.iter().filter(|f| f.rewrites > 0) {
-                if let Err(e) = std::fs::write(&f.name, &f.text) {
+                let written = std::fs::File::create(&f.name).and_then(|file| {
+                    let mut file = std::io::BufWriter::new(file);
+                    f.write_to(&mut file).and_then(|()| file.flush())
+                });
+                if let Err(e) = written {
                     eprintln!("error: {}: cannot write: {e}", f.name);
                     return 2;
                 }
             }
         } else {
-            print_out(&check::fixed_stream(&outcome.fixed));
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let _ = check::write_fixed(&outcome.fixed, &mut out).and_then(|()| out.flush());
         }
     }
     check::exit_code(&outcome, args.fix)
