@@ -561,8 +561,21 @@ impl FileCheck<'_, '_> {
                         }
                     }
                 }
-                Part::Item { document, piece, .. } => {
+                Part::Item {
+                    document,
+                    index,
+                    piece,
+                    listed,
+                } => {
                     let value = piece.value()?;
+                    // A List's items are judged whatever they hold (an
+                    // apiserver's own lists leave out their kind); a bare
+                    // array's must be objects.
+                    if !listed && let Content::Other(what) = content(&value, self.found) {
+                        let at = format!("item {index} of document {document}");
+                        self.others.push((piece.start.line, at, what));
+                        return Ok(());
+                    }
                     let mut found = Vec::new();
                     let counter = counters.entry(document).or_default();
                     let mut next = Some(*counter);
@@ -1216,6 +1229,42 @@ mod tests {
             same_outside(before, value.clone(), lost, value),
             Err("line 1: text outside the image values would change".to_owned())
         );
+    }
+
+    #[test]
+    fn bare_arrays_hold_objects_and_nested_lists_are_opened() {
+        let pod = |name: &str| {
+            format!(
+                "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"{name}\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"{REPO}@{BAD}\"}}]}}}}"
+            )
+        };
+        let text = format!(
+            "[\n{},\n{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n{},\n{}]}},\n{}\n]\n",
+            pod("a"),
+            pod("b"),
+            pod("c"),
+            pod("d")
+        );
+        let o = run(&text, false);
+        assert!(o.report.errors.is_empty(), "{:?}", o.report.errors);
+        let seen: Vec<_> = o
+            .report
+            .results
+            .iter()
+            .map(|r| (r.name.clone().unwrap(), r.item, r.line, r.images[0].line))
+            .collect();
+        let at = |name: &str, item: usize, line: usize| (name.to_owned(), Some(item), Some(line), Some(line));
+        assert_eq!(seen, [at("a", 0, 2), at("b", 1, 4), at("c", 2, 5), at("d", 3, 6)]);
+
+        let o = run("[\"a\", 1]", false);
+        assert_eq!(
+            o.report.errors,
+            [
+                "m.yaml:1: item 0 of document 0 is not a Kubernetes object (found a string)",
+                "m.yaml:1: item 1 of document 0 is not a Kubernetes object (found a number)"
+            ]
+        );
+        assert_eq!(exit_code(&o, false), 2);
     }
 
     #[test]

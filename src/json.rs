@@ -275,12 +275,13 @@ pub enum Part {
     /// A top-level value read whole: an object that is not a list of
     /// items, or anything else.
     Whole { document: usize, piece: Piece },
-    /// An element of a top-level array, or of the `items` of a top-level
-    /// object, `index` counting from 0 in each.
+    /// An element of a top-level array, or (`listed`) of the `items` of a
+    /// top-level object, `index` counting from 0 in each.
     Item {
         document: usize,
         index: usize,
         piece: Piece,
+        listed: bool,
     },
     /// The end of a top-level array (`head` is `None`), or of a top-level
     /// object whose `items` were handed out one by one: the rest of it,
@@ -323,7 +324,7 @@ impl<R: Read> Source<R> {
     /// The first byte that is not blank (after a byte order mark), without
     /// consuming it.
     pub fn first(&mut self) -> Result<Option<u8>, JsonError> {
-        if self.peek()? == Some(0xEF) && self.buf.get(self.at..self.at + 3) == Some(&[0xEF, 0xBB, 0xBF][..]) {
+        if self.peek()? == Some(0xEF) && self.buf[self.at..self.end].starts_with(&[0xEF, 0xBB, 0xBF]) {
             self.consume(3);
         }
         self.blank(None)
@@ -461,7 +462,7 @@ pub fn read<R: Read>(
         match c {
             b'[' => {
                 source.consume(1);
-                let items = elements(source, document, &mut each)?;
+                let items = elements(source, document, false, &mut each)?;
                 each(Part::End {
                     document,
                     start,
@@ -491,6 +492,7 @@ pub fn read<R: Read>(
 fn elements<R: Read>(
     source: &mut Source<R>,
     document: usize,
+    listed: bool,
     each: &mut impl FnMut(Part) -> Result<(), JsonError>,
 ) -> Result<usize, JsonError> {
     let mut index = 0;
@@ -512,6 +514,7 @@ fn elements<R: Read>(
             document,
             index,
             piece: Piece { bytes, start },
+            listed,
         })?;
         index += 1;
         if source.expect(
@@ -555,7 +558,7 @@ fn object<R: Read>(
             if key == "items" && next == Some(b'[') && listing && streamed.is_none() {
                 source.consume(1);
                 raw.extend_from_slice(b"[]");
-                streamed = Some(elements(source, document, each)?);
+                streamed = Some(elements(source, document, true, each)?);
             } else {
                 let at = raw.len();
                 source.value(&mut raw, &context)?;
@@ -603,6 +606,7 @@ mod tests {
                     document,
                     index,
                     piece,
+                    ..
                 } => format!(
                     "item {document}/{index} {}:{} {}",
                     piece.start.line,
