@@ -13,7 +13,10 @@ each), one in eleven ServingRuntimes (examples/manifests/incident-servingruntime
 one object in ten on the incident's never-promoted digest. At each size it runs
 `digest-gate audit -A -o json` (release build), without and with
 `--policy-reports` (the CRDs the chart ships applied first), under the kernel's
-accounting: wall time and peak RSS (`ru_maxrss`), median of --runs.
+accounting: wall time and peak RSS (`ru_maxrss`), median of --runs; then
+`digest-gate serve --dev` with its background audit (`--audit-interval 1h
+--audit-policy-reports`): the first run's seconds (its metric) and the
+server's peak RSS (`VmHWM`) once it is done, against the chart's 128 Mi limit.
 
 The baselines, measured in the same run against the same apiserver: an earlier
 build (--baseline, `audit -A -o json`), and, up to --kubectl-max objects, what a
@@ -33,11 +36,15 @@ import http.client
 import json
 import os
 import pathlib
+import signal
+import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import yaml
 
@@ -147,6 +154,25 @@ def median_of(runs: int, one) -> tuple[float, float]:
     return statistics.median(r[0] for r in results), statistics.median(r[1] for r in results)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(admin: int, prefix: str) -> float:
+    """The sum of the series starting with `prefix` on /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        return sum(float(line.split()[-1]) for line in r.read().decode().splitlines() if line.startswith(prefix))
+
+
+def peak_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
 class Bench:
     """One run's cluster, binaries and measurements."""
 
@@ -192,6 +218,31 @@ class Bench:
         assert checked == total, checked
         return get, pipe
 
+    def background(self, binary: str, stale: int) -> tuple[float, float]:
+        """The webhook's background audit (`serve --audit-interval`, with
+        `--audit-policy-reports`): its first run's seconds, and the server's
+        peak RSS (`VmHWM`) once it is done."""
+        port, admin = free_port(), free_port()
+        argv = [binary, "serve", "--dev", "--dev-dir", str(self.tmp / f"dev-{port}"), "--allowlist", str(ALLOWLIST),
+                "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--kubeconfig", self.kc,
+                "--audit-interval", "1h", "--audit-policy-reports"]
+        with open(os.devnull, "wb") as devnull:
+            proc = subprocess.Popen(argv, stdout=devnull, stderr=devnull)
+        try:
+            wait_until("the background audit's first run",
+                       lambda: metrics(admin, "digest_gate_audit_duration_seconds_count") >= 1, timeout=600)
+            seconds = metrics(admin, "digest_gate_audit_duration_seconds_sum")
+            assert metrics(admin, "digest_gate_audit_errors_total") == 0
+            found = metrics(admin, "digest_gate_audit_findings{")
+            assert found == stale, (found, stale)
+            return seconds, peak_mib(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
     def size(self, size: int) -> list[tuple[str, float, float]]:
         pods, runtimes = split(size)
         stale = len(range(0, pods, 10)) + len(range(0, runtimes, 10))
@@ -202,6 +253,11 @@ class Bench:
         if self.args.baseline:
             rows.append((f"the baseline build's `audit -A -o json`, {label}",
                          *self.audit(self.args.baseline, size, stale)))
+        rows.append((f"`serve`'s background audit with `--audit-policy-reports`, {label} (peak of the server)",
+                     *self.background(self.args.binary, stale)))
+        if self.args.baseline:
+            rows.append((f"the baseline build's background audit, {label} (peak of the server)",
+                         *self.background(self.args.baseline, stale)))
         if size <= self.args.kubectl_max:
             get, pipe = self.kubectl(size)
             rows.append((f"`kubectl get pods,servingruntimes -A -o json`, {label}", *get))

@@ -1265,6 +1265,15 @@ fn dump_objects() -> Vec<Value> {
     items
 }
 
+/// `check -o json` of `text` on standard input, with the example allowlist.
+fn check_json_from_stdin(text: &str) -> Run {
+    let allowlist = example_allowlist();
+    digest_gate(
+        &["check", "--allowlist", &allowlist, "-f", "-", "-o", "json"],
+        Some(text),
+    )
+}
+
 /// An image's judgement: kind/name, path, verdict, rewrite.
 type Finding = (String, String, String, String);
 
@@ -1310,18 +1319,7 @@ fn a_list_an_array_a_json_stream_and_a_yaml_stream_are_judged_alike() {
     ];
     let mut first: Option<Vec<_>> = None;
     for (form, text) in &forms {
-        let run = digest_gate(
-            &[
-                "check",
-                "--allowlist",
-                &example_allowlist(),
-                "-f",
-                "-",
-                "-o",
-                "json",
-            ],
-            Some(text),
-        );
+        let run = check_json_from_stdin(text);
         assert_eq!(run.code, 1, "{form}: {}", run.stderr);
         let report = run.json();
         assert_eq!(report["summary"]["objects"], items.len(), "{form}");
@@ -1366,18 +1364,7 @@ fn a_list_an_array_a_json_stream_and_a_yaml_stream_are_judged_alike() {
             Some(text),
         );
         assert!(fixed.stderr.contains("fixed"), "{form}: {}", fixed.stderr);
-        let again = digest_gate(
-            &[
-                "check",
-                "--allowlist",
-                &example_allowlist(),
-                "-f",
-                "-",
-                "-o",
-                "json",
-            ],
-            Some(&fixed.stdout),
-        );
+        let again = check_json_from_stdin(&fixed.stdout);
         let rewrites: Vec<_> = findings(&again.json())
             .into_iter()
             .filter(|((.., verdict, _), _)| verdict == "rewrite")
@@ -1394,18 +1381,7 @@ fn a_truncated_list_reports_what_it_read_and_where_it_broke() {
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": dump_objects()});
     let text = serde_json::to_string_pretty(&list).unwrap();
     let cut = &text[..text.len() * 3 / 5];
-    let run = digest_gate(
-        &[
-            "check",
-            "--allowlist",
-            &example_allowlist(),
-            "-f",
-            "-",
-            "-o",
-            "json",
-        ],
-        Some(cut),
-    );
+    let run = check_json_from_stdin(cut);
     assert_eq!(run.code, 2, "never pass what was not read: {}", run.stdout);
     let report = run.json();
     let read = report["summary"]["objects"].as_u64().unwrap();

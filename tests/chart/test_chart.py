@@ -694,6 +694,13 @@ def test_audit_flags_token_and_egress():
     assert egress == {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}
     # All namespaces by default: no selector flag.
     assert not any(a.startswith("--audit-namespace-selector") for a in args(render({"audit": {"enabled": True}})))
+    # Reports list what needs action unless passes are asked for; the flag
+    # goes with the reports (the binary refuses it alone).
+    assert "--audit-policy-reports-passes" not in argv
+    passes = {**AUDIT_ALL, "policyReports": {**AUDIT_ALL["policyReports"], "passes": True}}
+    assert "--audit-policy-reports-passes" in args(render({"audit": passes}))
+    alone = {"enabled": True, "policyReports": {"enabled": False, "passes": True}}
+    assert "--audit-policy-reports-passes" not in args(render({"audit": alone}))
 
 
 FROM_OPERATORS = [{"namespace": "redhat-ods-operator", "namePrefixes": ["rhods-operator"]},
