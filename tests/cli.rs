@@ -1277,19 +1277,16 @@ fn check_json_from_stdin(text: &str) -> Run {
 /// An image's judgement: kind/name, path, verdict, rewrite.
 type Finding = (String, String, String, String);
 
-/// Each image of each result, and the line it was reported on.
-fn findings(report: &Value) -> Vec<(Finding, Option<u64>)> {
+/// Each image of each result.
+fn findings(report: &Value) -> Vec<Finding> {
     let mut out = Vec::new();
     for r in report["results"].as_array().unwrap() {
         for i in r["images"].as_array().unwrap() {
             out.push((
-                (
-                    format!("{}/{}", r["kind"].as_str().unwrap(), r["name"].as_str().unwrap()),
-                    i["path"].as_str().unwrap().to_owned(),
-                    i["verdict"].as_str().unwrap().to_owned(),
-                    i["rewrite"].as_str().unwrap_or_default().to_owned(),
-                ),
-                i["line"].as_u64(),
+                format!("{}/{}", r["kind"].as_str().unwrap(), r["name"].as_str().unwrap()),
+                i["path"].as_str().unwrap().to_owned(),
+                i["verdict"].as_str().unwrap().to_owned(),
+                i["rewrite"].as_str().unwrap_or_default().to_owned(),
             ));
         }
     }
@@ -1323,30 +1320,28 @@ fn a_list_an_array_a_json_stream_and_a_yaml_stream_are_judged_alike() {
         assert_eq!(run.code, 1, "{form}: {}", run.stderr);
         let report = run.json();
         assert_eq!(report["summary"]["objects"], items.len(), "{form}");
-        let found = findings(&report);
-        // Every line points at the image: the value itself, or the string
-        // holding the embedded runtime document that names it.
+        // Every position points at the image: the value itself, where the
+        // column says it starts, or (no column) the line holding it in an
+        // embedded runtime document.
         let lines: Vec<&str> = text.lines().collect();
-        for ((what, path, ..), line) in &found {
-            let line = line.unwrap_or_else(|| panic!("{form}: {what} {path} has no line"));
-            let leaf = path.rsplit('/').next().unwrap();
-            let image = report["results"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|r| r["images"].as_array().unwrap())
-                .find(|i| i["path"] == path.as_str())
-                .unwrap()["image"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            let at = lines[line as usize - 1];
-            assert!(
-                at.contains(&image) || at.contains(leaf),
-                "{form}: {what} {path}: line {line} is {at:?}"
-            );
+        for r in report["results"].as_array().unwrap() {
+            for i in r["images"].as_array().unwrap() {
+                let what = format!("{form}: {} {}", r["name"], i["path"]);
+                let line = i["line"].as_u64().unwrap_or_else(|| panic!("{what}: no line")) as usize;
+                let (at, image) = (lines[line - 1], i["image"].as_str().unwrap());
+                match i["column"].as_u64() {
+                    Some(column) => {
+                        let from: String = at.chars().skip(column as usize - 1).collect();
+                        assert!(
+                            from.trim_start_matches(['"', '\'']).starts_with(image),
+                            "{what}: line {line} column {column} is {from:?}"
+                        );
+                    }
+                    None => assert!(at.contains(image), "{what}: line {line} is {at:?}"),
+                }
+            }
         }
-        let verdicts: Vec<_> = found.into_iter().map(|(v, _)| v).collect();
+        let verdicts = findings(&report);
         assert!(
             verdicts
                 .iter()
@@ -1367,7 +1362,7 @@ fn a_list_an_array_a_json_stream_and_a_yaml_stream_are_judged_alike() {
         let again = check_json_from_stdin(&fixed.stdout);
         let rewrites: Vec<_> = findings(&again.json())
             .into_iter()
-            .filter(|((.., verdict, _), _)| verdict == "rewrite")
+            .filter(|(.., verdict, _)| verdict == "rewrite")
             .collect();
         assert!(
             rewrites.is_empty(),
