@@ -33,7 +33,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ import time
 import urllib.request
 
 import load
+from rss import stop
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -172,11 +172,7 @@ def serve_run(binary: str, files: dict, mounted: Mounted, versions: list[str], s
         result["failed_reloads"] = metric(admin, 'digest_gate_reloads_total{source="allowlist",result="failure"}')
         return result
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def plain_versions(n: int) -> list[str]:

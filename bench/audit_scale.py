@@ -36,7 +36,6 @@ import http.client
 import json
 import os
 import pathlib
-import signal
 import socket
 import ssl
 import statistics
@@ -51,7 +50,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from cluster import ControlPlane, binaries, wait_until  # noqa: E402 (needs the path above)
-from rss import binary_argument, built, measure  # noqa: E402 (bench/ is on the path as the script's directory)
+from rss import binary_argument, built, measure, stop  # noqa: E402 (bench/ is on the path as the script's directory)
 
 POD = ROOT / "bench" / "modelmesh-pod.json"
 RUNTIME = ROOT / "examples" / "manifests" / "incident-servingruntime.yaml"
@@ -237,11 +236,7 @@ class Bench:
             assert found == stale, (found, stale)
             return seconds, peak_mib(proc.pid)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
 
     def size(self, size: int) -> list[tuple[str, float, float]]:
         pods, runtimes = split(size)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -51,6 +52,17 @@ def measure(argv: list[str], out: pathlib.Path, stdin: pathlib.Path | None = Non
                              stderr=subprocess.PIPE, text=True, check=True)
     seconds, kib, code = run.stderr.split()
     return float(seconds), int(kib) / 1024, int(code)
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30):
+    """Asks a server to stop (SIGTERM drains digest-gate serve), killing it
+    if it has not within `timeout` seconds."""
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def write_report(out: pathlib.Path, lines: list[str]) -> str:
