@@ -392,6 +392,47 @@ fn items_of<'d>(
     });
 }
 
+/// Gives each item of a List (and of the Lists in it) the kind and
+/// apiVersion the List names when the item names none: an apiserver's own
+/// lists (`PodList`, `v1`) say them once, for all their items, and an item
+/// without a kind would be skipped, unjudged.
+fn complete_lists(value: &mut Value) {
+    let Some(obj) = value.as_object_mut() else {
+        return;
+    };
+    let text = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_owned);
+    let (kind, api_version) = (text("kind"), text("apiVersion"));
+    if !kind.as_deref().is_some_and(|k| k.ends_with("List")) {
+        return;
+    }
+    if let Some(Value::Array(items)) = obj.get_mut("items") {
+        for item in items {
+            complete(item, kind.as_deref(), api_version.as_deref());
+            complete_lists(item);
+        }
+    }
+}
+
+/// Gives `item` the kind a `<Kind>List` names, and its apiVersion, where
+/// it names none.
+fn complete(item: &mut Value, list_kind: Option<&str>, api_version: Option<&str>) {
+    let Some(obj) = item.as_object_mut() else {
+        return;
+    };
+    let named = |obj: &serde_json::Map<String, Value>, k: &str| {
+        obj.get(k).and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+    };
+    let kind = list_kind
+        .and_then(|k| k.strip_suffix("List"))
+        .filter(|k| !k.is_empty());
+    if let (false, Some(kind)) = (named(obj, "kind"), kind) {
+        obj.insert("kind".into(), kind.into());
+        if let (false, Some(v)) = (named(obj, "apiVersion"), api_version) {
+            obj.insert("apiVersion".into(), v.into());
+        }
+    }
+}
+
 /// A document that is not a Kubernetes object: its line, where it is
 /// (`document 3`, `item 2 of document 0`), and what it is instead.
 type Other = (usize, String, String);
@@ -547,7 +588,8 @@ impl FileCheck<'_, '_> {
         json::read(source, |part| {
             match part {
                 Part::Whole { document, piece } => {
-                    let value = piece.value()?;
+                    let mut value = piece.value()?;
+                    complete_lists(&mut value);
                     match content(&value, self.found) {
                         Content::Objects(found) => {
                             self.objects = true;
@@ -565,17 +607,23 @@ impl FileCheck<'_, '_> {
                     document,
                     index,
                     piece,
-                    listed,
+                    list,
                 } => {
-                    let value = piece.value()?;
-                    // A List's items are judged whatever they hold (an
-                    // apiserver's own lists leave out their kind); a bare
+                    let mut value = piece.value()?;
+                    // A List's items are judged whatever they hold, of the
+                    // kind the List names when they name none; a bare
                     // array's must be objects.
-                    if !listed && let Content::Other(what) = content(&value, self.found) {
-                        let at = format!("item {index} of document {document}");
-                        self.others.push((piece.start.line, at, what));
-                        return Ok(());
+                    match &list {
+                        Some(head) => complete(&mut value, head.kind.as_deref(), head.api_version.as_deref()),
+                        None => {
+                            if let Content::Other(what) = content(&value, self.found) {
+                                let at = format!("item {index} of document {document}");
+                                self.others.push((piece.start.line, at, what));
+                                return Ok(());
+                            }
+                        }
                     }
+                    complete_lists(&mut value);
                     let mut found = Vec::new();
                     let counter = counters.entry(document).or_default();
                     let mut next = Some(*counter);
@@ -630,7 +678,10 @@ impl FileCheck<'_, '_> {
         let mut docs = yaml::documents(text);
         for doc in docs.by_ref() {
             match doc {
-                Ok(doc) => self.yaml_document(&doc, text, &offsets, outcome),
+                Ok(mut doc) => {
+                    complete_lists(&mut doc.value);
+                    self.yaml_document(&doc, text, &offsets, outcome);
+                }
                 Err(e) => {
                     if let Some(line) = template_line(text).filter(|_| self.found) {
                         outcome.report.rewind(mark);
@@ -1265,6 +1316,43 @@ mod tests {
             ]
         );
         assert_eq!(exit_code(&o, false), 2);
+    }
+
+    #[test]
+    fn json_documents_joined_by_yaml_markers_are_read_and_fixed() {
+        let pod = |name: &str| {
+            format!(
+                "{{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {{\"name\": \"{name}\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"{REPO}@{BAD}\"}}]}}}}"
+            )
+        };
+        let text = format!("{}\n---\n{}\n", pod("a"), pod("b"));
+        let o = run(&text, true);
+        assert!(o.report.errors.is_empty(), "{:?}", o.report.errors);
+        let seen: Vec<_> = o.report.results.iter().map(|r| (r.document, r.line)).collect();
+        assert_eq!(seen, [(Some(0), Some(1)), (Some(1), Some(3))]);
+        assert_eq!(o.fixed[0].text(), text.replace(BAD, GOOD));
+    }
+
+    #[test]
+    fn an_apiservers_own_list_gives_its_items_their_kind() {
+        let item = format!(
+            "{{\"metadata\": {{\"name\": \"p\"}}, \"spec\": {{\"containers\": [{{\"name\": \"c\", \"image\": \"{REPO}@{BAD}\"}}]}}}}"
+        );
+        let json = format!("{{\"kind\": \"PodList\", \"apiVersion\": \"v1\", \"items\": [{item}]}}");
+        let yaml = format!("kind: PodList\napiVersion: v1\nitems: [{item}]\n");
+        let nested = format!("{{\"kind\": \"List\", \"items\": [{json}]}}");
+        for text in [&json, &yaml, &nested] {
+            let o = run(text, false);
+            let r = &o.report.results[0];
+            assert_eq!(
+                (r.api_version.as_deref(), r.kind.as_deref(), r.verdict),
+                (Some("v1"), Some("Pod"), judge::ObjectVerdict::Rewrite),
+                "{text}"
+            );
+        }
+        // A kubectl List names no kind for its items: they keep their own.
+        let o = run(&format!("{{\"kind\": \"List\", \"items\": [{item}]}}"), false);
+        assert_eq!(o.report.results[0].verdict, judge::ObjectVerdict::Skipped);
     }
 
     #[test]

@@ -275,13 +275,13 @@ pub enum Part {
     /// A top-level value read whole: an object that is not a list of
     /// items, or anything else.
     Whole { document: usize, piece: Piece },
-    /// An element of a top-level array, or (`listed`) of the `items` of a
-    /// top-level object, `index` counting from 0 in each.
+    /// An element of a top-level array (`list` is `None`), or of the
+    /// `items` of a top-level object, `index` counting from 0 in each.
     Item {
         document: usize,
         index: usize,
         piece: Piece,
-        listed: bool,
+        list: Option<ListHead>,
     },
     /// The end of a top-level array (`head` is `None`), or of a top-level
     /// object whose `items` were handed out one by one: the rest of it,
@@ -292,6 +292,14 @@ pub enum Part {
         head: Option<Value>,
         items: usize,
     },
+}
+
+/// What a list object said of itself before its `items`: an apiserver's
+/// own lists (`PodList`) name their items' kind only there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListHead {
+    pub kind: Option<String>,
+    pub api_version: Option<String>,
 }
 
 /// A JSON input read a chunk at a time.
@@ -462,7 +470,7 @@ pub fn read<R: Read>(
         match c {
             b'[' => {
                 source.consume(1);
-                let items = elements(source, document, false, &mut each)?;
+                let items = elements(source, document, None, &mut each)?;
                 each(Part::End {
                     document,
                     start,
@@ -474,6 +482,12 @@ pub fn read<R: Read>(
             _ => {
                 let mut bytes = Vec::new();
                 source.value(&mut bytes, &format!("in document {document}"))?;
+                // JSON documents may stand in a YAML stream, between its
+                // markers: one `kubectl get -o json` output after another,
+                // joined with `---`.
+                if bytes == b"---" || bytes == b"..." {
+                    continue;
+                }
                 source.handed_out();
                 each(Part::Whole {
                     document,
@@ -492,7 +506,7 @@ pub fn read<R: Read>(
 fn elements<R: Read>(
     source: &mut Source<R>,
     document: usize,
-    listed: bool,
+    list: Option<&ListHead>,
     each: &mut impl FnMut(Part) -> Result<(), JsonError>,
 ) -> Result<usize, JsonError> {
     let mut index = 0;
@@ -514,7 +528,7 @@ fn elements<R: Read>(
             document,
             index,
             piece: Piece { bytes, start },
-            listed,
+            list: list.cloned(),
         })?;
         index += 1;
         if source.expect(
@@ -539,7 +553,7 @@ fn object<R: Read>(
     let context = format!("in document {document}");
     // The object as written, but for the items handed out (`[]` instead).
     let mut raw = Vec::new();
-    let mut kind: Option<String> = None;
+    let mut head = ListHead::default();
     let mut streamed = None;
     source.expect(b"{", Some(&mut raw), &context)?;
     if source.blank(Some(&mut raw))? != Some(b'}') {
@@ -554,16 +568,18 @@ fn object<R: Read>(
             source.blank(Some(&mut raw))?;
             source.expect(b":", Some(&mut raw), &context)?;
             let next = source.blank(Some(&mut raw))?;
-            let listing = kind.as_deref().is_none_or(|k| k.ends_with("List"));
+            let listing = head.kind.as_deref().is_none_or(|k| k.ends_with("List"));
             if key == "items" && next == Some(b'[') && listing && streamed.is_none() {
                 source.consume(1);
                 raw.extend_from_slice(b"[]");
-                streamed = Some(elements(source, document, true, each)?);
+                streamed = Some(elements(source, document, Some(&head), each)?);
             } else {
                 let at = raw.len();
                 source.value(&mut raw, &context)?;
-                if key == "kind" {
-                    kind = serde_json::from_slice(&raw[at..]).ok();
+                match key.as_str() {
+                    "kind" => head.kind = serde_json::from_slice(&raw[at..]).ok(),
+                    "apiVersion" => head.api_version = serde_json::from_slice(&raw[at..]).ok(),
+                    _ => {}
                 }
             }
             source.blank(Some(&mut raw))?;
@@ -657,6 +673,21 @@ mod tests {
                 "end 0 2 -",
                 "whole 1 2:0 {\"items\":[1],\"kind\":\"Pod\"}",
                 "whole 2 3:0 \"x\""
+            ]
+        );
+    }
+
+    #[test]
+    fn yaml_document_markers_between_values_are_passed_over() {
+        let (seen, r) = parts("{\"a\": 1}\n---\n{\"b\": 2}\n...\n---\n[3]\n");
+        assert_eq!(r, Ok(()));
+        assert_eq!(
+            seen,
+            [
+                "whole 0 1:0 {\"a\":1}",
+                "whole 1 3:0 {\"b\":2}",
+                "item 2/0 6:1 3",
+                "end 2 1 -"
             ]
         );
     }
