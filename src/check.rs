@@ -8,7 +8,7 @@
 //! report is written out ([`crate::output::Writer`]) as soon as it is judged;
 //! with `--fix` the input is kept whole to be edited.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -355,35 +355,26 @@ fn content(value: &Value, found: bool) -> Content<'_> {
         return Content::Other(format!("a {kind} for {api_version}, read by a tool, not applied"));
     }
     let mut objects = Vec::new();
-    let mut counter = None;
-    items_of(value, String::new(), &mut counter, 0, &mut objects);
+    items_of(value, String::new(), &mut 0, 0, &mut objects);
     Content::Objects(objects)
 }
 
 /// The objects `value` stands for: itself, or the items of a List (and
-/// of the Lists in it, numbered in reading order from `counter`).
-fn items_of<'d>(
-    value: &'d Value,
-    prefix: String,
-    counter: &mut Option<usize>,
-    depth: usize,
-    out: &mut Vec<Found<'d>>,
-) {
+/// of the Lists in it, numbered in reading order from `next`).
+fn items_of<'d>(value: &'d Value, prefix: String, next: &mut usize, depth: usize, out: &mut Vec<Found<'d>>) {
     let list = value
         .get("kind")
         .and_then(Value::as_str)
         .is_some_and(|k| k.ends_with("List"));
     if let (true, Some(Value::Array(items)), true) = (list, value.get("items"), depth < MAX_LIST_DEPTH) {
         for (i, item) in items.iter().enumerate() {
-            items_of(item, format!("{prefix}/items/{i}"), counter, depth + 1, out);
+            items_of(item, format!("{prefix}/items/{i}"), next, depth + 1, out);
         }
-        counter.get_or_insert(0);
         return;
     }
     let item = (depth > 0).then(|| {
-        let n = counter.get_or_insert(0);
-        *n += 1;
-        *n - 1
+        *next += 1;
+        *next - 1
     });
     out.push(Found {
         object: value,
@@ -450,7 +441,7 @@ impl Located<'_> {
     fn line(&self) -> usize {
         match self {
             Self::Yaml { doc, prefix } => doc.line_of(prefix),
-            Self::Json { piece, prefix } => json_line(piece, prefix),
+            Self::Json { piece, prefix } => piece.line_of(prefix),
         }
     }
 
@@ -473,25 +464,10 @@ impl Located<'_> {
                 // Embedded text is in a JSON string: one line.
                 let outer = at.split('#').next().unwrap_or(&at);
                 Position {
-                    line: json_line(piece, outer),
+                    line: piece.line_of(outer),
                     column: None,
                 }
             }
-        }
-    }
-}
-
-/// The line of the value at `pointer` in `piece`, or of the closest
-/// enclosing value.
-fn json_line(piece: &Piece, pointer: &str) -> usize {
-    let mut p = pointer;
-    loop {
-        if let Some(span) = piece.locate(p) {
-            return span.start.line;
-        }
-        match p.rfind('/') {
-            Some(i) => p = &p[..i],
-            None => return piece.start.line,
         }
     }
 }
@@ -584,7 +560,8 @@ impl FileCheck<'_, '_> {
         text: Option<&str>,
         outcome: &mut Checked,
     ) -> Result<(), JsonError> {
-        let mut counters: HashMap<usize, usize> = HashMap::new();
+        // The next item's number, and the document it is in.
+        let mut numbered = (0, 0);
         json::read(source, |part| {
             match part {
                 Part::Whole { document, piece } => {
@@ -625,10 +602,10 @@ impl FileCheck<'_, '_> {
                     }
                     complete_lists(&mut value);
                     let mut found = Vec::new();
-                    let counter = counters.entry(document).or_default();
-                    let mut next = Some(*counter);
-                    items_of(&value, String::new(), &mut next, 1, &mut found);
-                    *counter = next.unwrap_or(*counter);
+                    if numbered.1 != document {
+                        numbered = (0, document);
+                    }
+                    items_of(&value, String::new(), &mut numbered.0, 1, &mut found);
                     self.objects = true;
                     for f in &found {
                         self.json_object(&piece, f, document, text, outcome);

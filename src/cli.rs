@@ -862,8 +862,7 @@ impl Audited<'_> {
                 .map_err(|e| e.to_string());
         }
         // The first pass only learns what will run: its reports are dropped.
-        let mut nowhere = output::Writer::new(output::Format::Text { fixed: false }, std::io::sink())
-            .map_err(|e| e.to_string())?;
+        let mut nowhere = output::Writer::discard();
         let nothing = audit::Writes::default();
         let found = audit::run(
             self.connection,
@@ -910,8 +909,7 @@ fn checked(
         .map(check::Manifest::buffered)
         .collect::<Result<Vec<_>, _>>()?;
     // The first pass only learns what will run: its reports are dropped.
-    let mut nowhere = output::Writer::new(output::Format::Text { fixed: false }, std::io::sink())
-        .map_err(|e| e.to_string())?;
+    let mut nowhere = output::Writer::discard();
     let found = check::check(&sources, rules, args.fix, true, Some(&mut nowhere));
     let learned = registry::block_on(args.verify.published(None, allowlist, &found.will_run));
     let published = learned.map_err(|e| e.to_string())??;

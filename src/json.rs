@@ -26,6 +26,15 @@ pub struct JsonError {
     pub line: usize,
     pub column: usize,
     pub message: String,
+    /// The input could not be read (rather than read as JSON).
+    read: bool,
+}
+
+impl JsonError {
+    /// Whether the input could not be read, rather than read as JSON.
+    pub fn is_read(&self) -> bool {
+        self.read
+    }
 }
 
 /// A place in the input.
@@ -69,6 +78,14 @@ impl Pos {
             line: self.line,
             column: self.col + 1,
             message: message.into(),
+            read: false,
+        }
+    }
+
+    fn read_error(self, e: &std::io::Error) -> JsonError {
+        JsonError {
+            read: true,
+            ..self.error(format!("cannot read: {e}"))
         }
     }
 }
@@ -134,6 +151,21 @@ impl Piece {
             start: self.position(at),
             end: self.start.offset + end,
         })
+    }
+
+    /// The line of the value at `pointer`, or of the closest enclosing one
+    /// (as [`crate::yaml::Document::line_of`] answers for YAML).
+    pub fn line_of(&self, pointer: &str) -> usize {
+        let mut p = pointer;
+        loop {
+            if let Some(span) = self.locate(p) {
+                return span.start.line;
+            }
+            match p.rfind('/') {
+                Some(i) => p = &p[..i],
+                None => return self.start.line,
+            }
+        }
     }
 }
 
@@ -345,7 +377,7 @@ impl<R: Read> Source<R> {
         all.extend_from_slice(&self.buf[self.at..self.end]);
         self.reader
             .read_to_end(&mut all)
-            .map_err(|e| self.pos.error(format!("cannot read: {e}")))?;
+            .map_err(|e| self.pos.read_error(&e))?;
         Ok(all)
     }
 
@@ -358,7 +390,7 @@ impl<R: Read> Source<R> {
                 match self.reader.read(&mut self.buf) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(self.pos.error(format!("cannot read: {e}"))),
+                    Err(e) => return Err(self.pos.read_error(&e)),
                 }
             };
             self.at = 0;
@@ -395,8 +427,14 @@ impl<R: Read> Source<R> {
         Ok(None)
     }
 
-    /// Consumes one byte, which must be `want`, into `keep`.
-    fn expect(&mut self, want: &[u8], keep: Option<&mut Vec<u8>>, context: &str) -> Result<u8, JsonError> {
+    /// Consumes one byte, which must be `want`, into `keep`. `context`
+    /// words where, for an error only.
+    fn expect(
+        &mut self,
+        want: &[u8],
+        keep: Option<&mut Vec<u8>>,
+        context: Context<'_>,
+    ) -> Result<u8, JsonError> {
         match self.blank(None)? {
             Some(c) if want.contains(&c) => {
                 if let Some(k) = keep {
@@ -406,23 +444,30 @@ impl<R: Read> Source<R> {
                 Ok(c)
             }
             Some(c) => Err(self.pos.error(format!(
-                "expected {} {context}, found '{}'",
+                "expected {} {}, found '{}'",
                 expected(want),
+                context(),
                 char::from(c).escape_default()
             ))),
-            None => Err(self.pos.error(format!("the input ends {context}"))),
+            None => Err(self.pos.error(format!("the input ends {}", context()))),
         }
     }
 
     /// Appends the next value's bytes to `out`.
-    fn value(&mut self, out: &mut Vec<u8>, context: &str) -> Result<(), JsonError> {
+    fn value(&mut self, out: &mut Vec<u8>, context: Context<'_>) -> Result<(), JsonError> {
+        match self.take(out, context)? {
+            true => Ok(()),
+            false => Err(self.pos.error(format!("the input ends {}", context()))),
+        }
+    }
+
+    /// Appends the next value's bytes to `out`; `false` when the input
+    /// ends inside it (`out` then holds what there was).
+    fn take(&mut self, out: &mut Vec<u8>, context: Context<'_>) -> Result<bool, JsonError> {
         let mut scan = Scan::default();
         loop {
             let Some(_) = self.peek()? else {
-                if scan.started && !scan.nested() && !scan.in_string {
-                    return Ok(());
-                }
-                return Err(self.pos.error(format!("the input ends {context}")));
+                return Ok(scan.started && !scan.nested() && !scan.in_string);
             };
             let chunk = &self.buf[self.at..self.end];
             let (n, done) = match scan.feed(chunk) {
@@ -433,9 +478,9 @@ impl<R: Read> Source<R> {
             self.consume(n);
             if done {
                 if n == 0 && !scan.started {
-                    return Err(self.pos.error(format!("expected a value {context}")));
+                    return Err(self.pos.error(format!("expected a value {}", context())));
                 }
-                return Ok(());
+                return Ok(true);
             }
         }
     }
@@ -451,6 +496,9 @@ impl<R: Read> Source<R> {
         self.record.is_some()
     }
 }
+
+/// Where the reader is, worded for an error message; only called for one.
+type Context<'a> = &'a dyn Fn() -> String;
 
 fn expected(want: &[u8]) -> String {
     let names: Vec<String> = want.iter().map(|c| format!("'{}'", char::from(*c))).collect();
@@ -481,7 +529,7 @@ pub fn read<R: Read>(
             b'{' => object(source, document, start, &mut each)?,
             _ => {
                 let mut bytes = Vec::new();
-                source.value(&mut bytes, &format!("in document {document}"))?;
+                source.value(&mut bytes, &|| format!("in document {document}"))?;
                 // JSON documents may stand in a YAML stream, between its
                 // markers: one `kubectl get -o json` output after another,
                 // joined with `---`.
@@ -496,6 +544,29 @@ pub fn read<R: Read>(
             }
         }
         source.handed_out();
+        document += 1;
+    }
+    Ok(())
+}
+
+/// Hands every top-level value of `source` to `each` whole (none is taken
+/// apart: for a reader of concatenated objects, such as a file-based
+/// catalog), with the position it starts at. A value the input cuts short
+/// is handed out as it is, its parse to say where it broke. `each` may stop
+/// the reading.
+pub fn values<R: Read>(
+    source: &mut Source<R>,
+    mut each: impl FnMut(Piece) -> std::ops::ControlFlow<()>,
+) -> Result<(), JsonError> {
+    source.handed_out();
+    let mut document = 0;
+    while source.first()?.is_some() {
+        let start = source.pos;
+        let mut bytes = Vec::new();
+        source.take(&mut bytes, &|| format!("in document {document}"))?;
+        if each(Piece { bytes, start }).is_break() {
+            break;
+        }
         document += 1;
     }
     Ok(())
@@ -517,10 +588,12 @@ fn elements<R: Read>(
     loop {
         source.blank(None)?;
         let start = source.pos;
-        let context = format!(
-            "in item {index} of document {document} (it starts on line {})",
-            start.line
-        );
+        let context = || {
+            format!(
+                "in item {index} of document {document} (it starts on line {})",
+                start.line
+            )
+        };
         let mut bytes = Vec::new();
         source.value(&mut bytes, &context)?;
         source.handed_out();
@@ -531,12 +604,8 @@ fn elements<R: Read>(
             list: list.cloned(),
         })?;
         index += 1;
-        if source.expect(
-            b",]",
-            None,
-            &format!("after item {} of document {document}", index - 1),
-        )? == b']'
-        {
+        let after = || format!("after item {} of document {document}", index - 1);
+        if source.expect(b",]", None, &after)? == b']' {
             return Ok(index);
         }
     }
@@ -550,7 +619,7 @@ fn object<R: Read>(
     start: Pos,
     each: &mut impl FnMut(Part) -> Result<(), JsonError>,
 ) -> Result<(), JsonError> {
-    let context = format!("in document {document}");
+    let context = || format!("in document {document}");
     // The object as written, but for the items handed out (`[]` instead).
     let mut raw = Vec::new();
     let mut head = ListHead::default();
@@ -563,7 +632,7 @@ fn object<R: Read>(
             source.value(&mut raw, &context)?;
             let key: Option<String> = serde_json::from_slice(&raw[key_at..]).ok();
             let Some(key) = key else {
-                return Err(source.pos.error(format!("expected a member name {context}")));
+                return Err(source.pos.error(format!("expected a member name {}", context())));
             };
             source.blank(Some(&mut raw))?;
             source.expect(b":", Some(&mut raw), &context)?;
@@ -743,6 +812,46 @@ mod tests {
         );
         assert!(piece.locate("/spec/containers/2").is_none());
         assert!(piece.locate("/spec/missing").is_none());
+    }
+
+    /// A reader that hands out at most `n` bytes a call, to put chunk
+    /// boundaries everywhere.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn values_are_split_off_whole_with_their_lines_in_any_chunks() {
+        // Brackets and quotes inside strings, escapes, values on one line,
+        // a top-level scalar, an `items` left whole, a value cut short at
+        // the end.
+        let text = "\n{\"a\": \"}{\\\"[\"}\n{\"b\":\n [1, {\"c\": \"\\\\\"}]}{\"d\":1}\n\n  7\n{\"items\": [1]}\n{\"e\": \"x";
+        let want: Vec<(usize, &str)> = vec![
+            (2, "{\"a\": \"}{\\\"[\"}"),
+            (3, "{\"b\":\n [1, {\"c\": \"\\\\\"}]}"),
+            (4, "{\"d\":1}"),
+            (6, "7"),
+            (7, "{\"items\": [1]}"),
+            (8, "{\"e\": \"x"),
+        ];
+        for chunk in 1..9 {
+            let mut source = Source::new(Trickle(text.as_bytes(), chunk));
+            let mut got = Vec::new();
+            values(&mut source, |p| {
+                got.push((p.start.line, String::from_utf8(p.bytes).unwrap()));
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+            let got: Vec<(usize, &str)> = got.iter().map(|(l, b)| (*l, b.as_str())).collect();
+            assert_eq!(got, want, "chunks of {chunk}");
+        }
     }
 
     #[test]

@@ -40,7 +40,8 @@ struct Spill {
 
 /// Writes a report object by object; see the module.
 pub struct Writer<'w> {
-    out: Box<dyn Write + 'w>,
+    /// `None`: reports are taken and dropped ([`Writer::discard`]).
+    out: Option<Box<dyn Write + 'w>>,
     format: Format,
     /// Results written so far (JSON and SARIF), to place the separators.
     written: usize,
@@ -62,12 +63,25 @@ impl<'w> Writer<'w> {
             _ => None,
         };
         Ok(Self {
-            out: Box::new(io::BufWriter::new(out)),
+            out: Some(Box::new(io::BufWriter::new(out))),
             format,
             written: 0,
             spill,
             failed: None,
         })
+    }
+
+    /// A writer that takes each report and drops it: a pass that only
+    /// learns (what `--registry` verifies), or the background audit, which
+    /// counts and gathers but prints nothing.
+    pub fn discard() -> Self {
+        Self {
+            out: None,
+            format: Format::Text { fixed: false },
+            written: 0,
+            spill: None,
+            failed: None,
+        }
     }
 
     /// Writes the objects `report` holds and takes them out of it: what
@@ -80,14 +94,14 @@ impl<'w> Writer<'w> {
     }
 
     fn object(&mut self, object: &ObjectReport, registry: bool) {
-        if self.failed.is_some() {
+        let Some(out) = self.out.as_mut().filter(|_| self.failed.is_none()) else {
             return;
-        }
+        };
         let done = match self.format {
             Format::Text { fixed } => {
                 let mut lines = String::new();
                 report::object_lines(object, fixed, &mut lines);
-                self.out.write_all(lines.as_bytes())
+                out.write_all(lines.as_bytes())
             }
             Format::Json => {
                 let at = if self.written == 0 {
@@ -97,9 +111,8 @@ impl<'w> Writer<'w> {
                 };
                 self.written += 1;
                 let result = indented(object, 4);
-                self.out
-                    .write_all(at.as_bytes())
-                    .and_then(|()| self.out.write_all(result.as_bytes()))
+                out.write_all(at.as_bytes())
+                    .and_then(|()| out.write_all(result.as_bytes()))
             }
             Format::Sarif => self.sarif_results(object, registry),
         };
@@ -128,11 +141,19 @@ impl<'w> Writer<'w> {
     /// `fixed`: `check --fix`'s count of images still denied (text).
     pub fn finish(mut self, report: &mut Report, fixed: Option<usize>) -> io::Result<()> {
         self.flush(report);
+        self.end(report, fixed)
+    }
+
+    /// Writes the end of the document: the summary, errors and notes.
+    fn end(mut self, report: &Report, fixed: Option<usize>) -> io::Result<()> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
+        let Some(mut out) = self.out.take() else {
+            return Ok(());
+        };
         match self.format {
-            Format::Text { .. } => self.out.write_all(report::text_end(report, fixed).as_bytes())?,
+            Format::Text { .. } => out.write_all(report::text_end(report, fixed).as_bytes())?,
             Format::Json => {
                 let start = match self.written {
                     0 => "{\n  \"results\": [],",
@@ -140,16 +161,16 @@ impl<'w> Writer<'w> {
                 };
                 let tail = report::json_tail(report);
                 // The tail is a document of its own: its `{` opened ours.
-                self.out.write_all(start.as_bytes())?;
-                self.out.write_all(&tail.as_bytes()[1..])?;
-                self.out.write_all(b"\n")?;
+                out.write_all(start.as_bytes())?;
+                out.write_all(&tail.as_bytes()[1..])?;
+                out.write_all(b"\n")?;
             }
-            Format::Sarif => self.sarif_end(report)?,
+            Format::Sarif => self.sarif_end(report, &mut out)?,
         }
-        self.out.flush()
+        out.flush()
     }
 
-    fn sarif_end(&mut self, report: &Report) -> io::Result<()> {
+    fn sarif_end(&mut self, report: &Report, out: &mut impl Write) -> io::Result<()> {
         const MARK: &str = "digest-gate:results";
         let spill = self.spill.take().expect("a SARIF writer has its spill");
         let document = sarif::document(report, Value::String(MARK.into()));
@@ -157,24 +178,24 @@ impl<'w> Writer<'w> {
         let (head, tail) = text
             .split_once(&format!("\"{MARK}\""))
             .expect("the mark is in the document");
-        self.out.write_all(head.as_bytes())?;
+        out.write_all(head.as_bytes())?;
         let mut file = spill.file.into_inner().map_err(io::IntoInnerError::into_error)?;
         if self.written + spill.registry.len() == 0 {
-            self.out.write_all(b"[]")?;
+            out.write_all(b"[]")?;
         } else {
-            self.out.write_all(b"[\n")?;
+            out.write_all(b"[\n")?;
             file.rewind()?;
-            io::copy(&mut file, &mut self.out)?;
+            io::copy(&mut file, out)?;
             for (i, r) in spill.registry.iter().enumerate() {
                 if self.written > 0 || i > 0 {
-                    self.out.write_all(b",\n")?;
+                    out.write_all(b",\n")?;
                 }
-                self.out.write_all(r.as_bytes())?;
+                out.write_all(r.as_bytes())?;
             }
-            self.out.write_all(b"\n      ]")?;
+            out.write_all(b"\n      ]")?;
         }
-        self.out.write_all(tail.as_bytes())?;
-        self.out.write_all(b"\n")
+        out.write_all(tail.as_bytes())?;
+        out.write_all(b"\n")
     }
 }
 
@@ -220,18 +241,12 @@ pub fn temporary() -> io::Result<File> {
 /// The whole report in `format`, from a report kept in memory.
 pub fn render(report: &Report, format: Format, fixed: Option<usize>) -> String {
     let mut out = Vec::new();
-    let mut copy = Report {
-        results: Vec::new(),
-        ..report.clone()
-    };
     let mut writer = Writer::new(format, &mut out).expect("a temporary file for SARIF");
     let registry = report.summary.registry.is_some();
     for object in &report.results {
         writer.object(object, registry);
     }
-    writer
-        .finish(&mut copy, fixed)
-        .expect("writing to memory succeeds");
+    writer.end(report, fixed).expect("writing to memory succeeds");
     String::from_utf8(out).expect("reports are UTF-8")
 }
 

@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, BufRead};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -29,6 +30,7 @@ use super::error::LoadError;
 use super::fbc::{BundleBlob, Catalog, ChannelBlob, Entry, PackageSummary, distances, summarize};
 use super::load::{Ctx, Format, Loader};
 use super::{Origin, Provenance};
+use crate::json;
 use crate::yaml::stream::Failure;
 
 // === the blobs, as serde reads them: only the fields used ===
@@ -124,142 +126,46 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-// === JSON, one blob at a time, with the line each starts on ===
-
-/// Splits JSON text into its top-level values without parsing them: the
-/// bytes of one value at a time, and the line it starts on. Only string,
-/// escape and bracket state is tracked, so serde_json then parses each value
-/// from a slice (its fast path) instead of a reader a byte at a time.
-struct Blobs<R> {
-    inner: R,
-    /// The current line, 1-based.
-    line: usize,
-    /// The value being split off.
-    buf: Vec<u8>,
-}
-
-/// Where the splitter is inside a value.
-#[derive(Default)]
-struct Split {
-    depth: usize,
-    in_string: bool,
-    escaped: bool,
-}
-
-impl<R: BufRead> Blobs<R> {
-    /// The next value's bytes (in `self.buf`) and the line it starts on;
-    /// at the end of the text, a value cut short is returned as it is (its
-    /// parse says where it broke), and then `None`.
-    fn next(&mut self) -> io::Result<Option<usize>> {
-        self.buf.clear();
-        let mut start: Option<usize> = None;
-        let mut at = Split::default();
-        loop {
-            let chunk = self.inner.fill_buf()?;
-            if chunk.is_empty() {
-                return Ok(start);
-            }
-            let (used, from, done) = scan(chunk, &mut at, &mut start, &mut self.line);
-            if let Some(from) = from {
-                self.buf.extend_from_slice(&chunk[from..used]);
-            }
-            self.inner.consume(used);
-            if done {
-                return Ok(start);
-            }
-        }
-    }
-}
-
-/// Scans `chunk` for the end of the value that starts (or started) in it:
-/// (bytes used, where the value's bytes start in the chunk, whether it
-/// ended). White space before a value is skipped; a top-level scalar ends
-/// at white space.
-fn scan(
-    chunk: &[u8],
-    at: &mut Split,
-    start: &mut Option<usize>,
-    line: &mut usize,
-) -> (usize, Option<usize>, bool) {
-    let mut from = start.map(|_| 0);
-    for (i, &b) in chunk.iter().enumerate() {
-        if b == b'\n' {
-            *line += 1;
-        }
-        if start.is_none() {
-            if b.is_ascii_whitespace() {
-                continue;
-            }
-            *start = Some(*line);
-            from = Some(i);
-        }
-        if at.in_string {
-            if at.escaped {
-                at.escaped = false;
-            } else if b == b'\\' {
-                at.escaped = true;
-            } else if b == b'"' {
-                at.in_string = false;
-            }
-            continue;
-        }
-        match b {
-            b'"' => at.in_string = true,
-            b'{' | b'[' => at.depth += 1,
-            b'}' | b']' => {
-                at.depth = at.depth.saturating_sub(1);
-                if at.depth == 0 {
-                    return (i + 1, from, true);
-                }
-            }
-            _ if at.depth == 0 && b.is_ascii_whitespace() => {
-                // Not used: the next call counts this line ending again.
-                if b == b'\n' {
-                    *line -= 1;
-                }
-                return (i, from, true);
-            }
-            _ => {}
-        }
-    }
-    (chunk.len(), from, false)
-}
-
 // === impl Loader ===
 
 impl Loader {
-    /// A JSON catalog: objects one after another, each split off, parsed,
-    /// kept if it is wanted and dropped before the next. A syntax error
-    /// ends the file (nothing after it can be placed); a blob of the wrong
-    /// shape is named and skipped.
+    /// A JSON catalog: objects one after another, each split off
+    /// ([`json::values`]), parsed, kept if it is wanted and dropped before
+    /// the next. A syntax error ends the file (nothing after it can be
+    /// placed); a blob of the wrong shape is named and skipped.
     pub(super) fn catalog_json(
         &mut self,
         file: &str,
         text: Box<dyn BufRead + '_>,
     ) -> Result<(Format, usize), Failure> {
         let shared: Arc<str> = file.into();
-        let mut blobs = Blobs {
-            inner: text,
-            line: 1,
-            buf: Vec::new(),
+        let syntax = |line: usize, message: String| LoadError {
+            file: file.to_owned(),
+            line: Some(line),
+            entry: None,
+            message: format!("not valid JSON: {message}"),
         };
-        while let Some(line) = blobs.next().map_err(Failure::Read)? {
-            match serde_json::from_slice::<Blob>(&blobs.buf) {
+        let mut source = json::Source::new(text);
+        let read = json::values(&mut source, |piece| {
+            let line = piece.start.line;
+            match serde_json::from_slice::<Blob>(&piece.bytes) {
                 Ok(blob) => self.catalog_blob(&shared, blob, line),
                 Err(e) if e.is_data() => {
                     self.errors
                         .push(blob_error(file, line + e.line().saturating_sub(1), &e));
                 }
                 Err(e) => {
-                    self.errors.push(LoadError {
-                        file: file.to_owned(),
-                        line: Some(line + e.line().saturating_sub(1)),
-                        entry: None,
-                        message: format!("not valid JSON: {e}"),
-                    });
-                    break;
+                    self.errors
+                        .push(syntax(line + e.line().saturating_sub(1), e.to_string()));
+                    return ControlFlow::Break(());
                 }
             }
+            ControlFlow::Continue(())
+        });
+        match read {
+            Ok(()) => {}
+            Err(e) if e.is_read() => return Err(Failure::Read(io::Error::other(e.message))),
+            Err(e) => self.errors.push(syntax(e.line, e.message)),
         }
         Ok((Format::Catalog, 0))
     }
@@ -786,33 +692,6 @@ mod tests {
             .0;
         assert_eq!(opening, 0);
         assert_eq!(line as usize, nth + 1);
-    }
-
-    #[test]
-    fn the_splitter_finds_each_value_and_its_line_in_any_chunks() {
-        // Brackets and quotes inside strings, escapes, values on one line,
-        // a top-level scalar, a value cut short at the end.
-        let text = "\n{\"a\": \"}{\\\"[\"}\n{\"b\":\n [1, {\"c\": \"\\\\\"}]}{\"d\":1}\n\n  7\n{\"e\": \"x";
-        let want: Vec<(usize, &str)> = vec![
-            (2, "{\"a\": \"}{\\\"[\"}"),
-            (3, "{\"b\":\n [1, {\"c\": \"\\\\\"}]}"),
-            (4, "{\"d\":1}"),
-            (6, "7"),
-            (7, "{\"e\": \"x"),
-        ];
-        for chunk in 1..9 {
-            let mut blobs = Blobs {
-                inner: std::io::BufReader::with_capacity(chunk, text.as_bytes()),
-                line: 1,
-                buf: Vec::new(),
-            };
-            let mut got = Vec::new();
-            while let Some(line) = blobs.next().unwrap() {
-                got.push((line, String::from_utf8(blobs.buf.clone()).unwrap()));
-            }
-            let got: Vec<(usize, &str)> = got.iter().map(|(l, b)| (*l, b.as_str())).collect();
-            assert_eq!(got, want, "chunks of {chunk}");
-        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::tasks;
 use crate::allowlist::Allowlist;
 use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
 use crate::metrics::AuditMetrics;
-use crate::output::{Format, Writer};
+use crate::output::Writer;
 use crate::policy::{Policy, Verdict};
 
 /// Seconds a Lease holds without renewal, and how long before expiry the
@@ -239,10 +239,7 @@ impl Auditor<'_> {
         };
         // Each object's report is counted and gathered, then dropped: the
         // pod's memory does not grow with the cluster.
-        let mut nowhere = match Writer::new(Format::Text { fixed: false }, std::io::sink()) {
-            Ok(w) => w,
-            Err(e) => return tracing::error!(error = %e, "background audit: cannot start"),
-        };
+        let mut nowhere = Writer::discard();
         let audited = audit::run(
             self.connection,
             &target,
