@@ -455,10 +455,10 @@ impl Located<'_> {
             }
             Self::Json { piece, prefix } => {
                 let at = format!("{prefix}{}", image.site.path());
-                if let Some(span) = piece.locate(&at) {
+                if let Some(start) = piece.start_of(&at) {
                     return Position {
-                        line: span.start.line,
-                        column: Some(span.start.col + 1),
+                        line: start.line,
+                        column: Some(start.col + 1),
                     };
                 }
                 // Embedded text is in a JSON string: one line.

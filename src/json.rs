@@ -62,9 +62,9 @@ impl Pos {
     /// The position after `bytes`, read from here.
     fn after(mut self, bytes: &[u8]) -> Self {
         self.offset += bytes.len();
-        match bytes.iter().rposition(|&b| b == b'\n') {
+        match memchr::memrchr(b'\n', bytes) {
             Some(last) => {
-                self.line += bytes.iter().filter(|&&b| b == b'\n').count();
+                self.line += memchr::memchr_iter(b'\n', bytes).count();
                 self.col = chars(&bytes[last + 1..]);
             }
             None => self.col += chars(bytes),
@@ -132,8 +132,24 @@ impl Piece {
     }
 
     /// Where the value at `pointer` (RFC 6901) stands, if it is in the
-    /// piece.
+    /// piece: its start and the offset just past it (what an edit replaces).
     pub fn locate(&self, pointer: &str) -> Option<Span> {
+        let at = self.find(pointer)?;
+        let end = skip_value(&self.bytes, at)?;
+        Some(Span {
+            start: self.position(at),
+            end: self.start.offset + end,
+        })
+    }
+
+    /// Where the value at `pointer` starts, if it is in the piece: all a
+    /// message needs, found without reading the value itself.
+    pub fn start_of(&self, pointer: &str) -> Option<Pos> {
+        self.find(pointer).map(|at| self.position(at))
+    }
+
+    /// The offset in the piece where the value at `pointer` starts.
+    fn find(&self, pointer: &str) -> Option<usize> {
         let b = &self.bytes;
         let mut at = skip_ws(b, 0);
         if !pointer.is_empty() {
@@ -146,11 +162,7 @@ impl Piece {
                 };
             }
         }
-        let end = skip_value(b, at)?;
-        Some(Span {
-            start: self.position(at),
-            end: self.start.offset + end,
-        })
+        (at < b.len()).then_some(at)
     }
 
     /// The line of the value at `pointer`, or of the closest enclosing one
@@ -158,8 +170,8 @@ impl Piece {
     pub fn line_of(&self, pointer: &str) -> usize {
         let mut p = pointer;
         loop {
-            if let Some(span) = self.locate(p) {
-                return span.start.line;
+            if let Some(start) = self.start_of(p) {
+                return start.line;
             }
             match p.rfind('/') {
                 Some(i) => p = &p[..i],
@@ -264,6 +276,25 @@ impl Scan {
     fn feed(&mut self, chunk: &[u8]) -> Fed {
         let mut i = 0;
         while i < chunk.len() {
+            if self.in_string && !self.escaped {
+                // Most of a document is strings: skip to what ends or
+                // escapes one.
+                match memchr::memchr2(b'"', b'\\', &chunk[i..]) {
+                    Some(k) => i += k,
+                    None => return Fed::More,
+                }
+            }
+            if !self.in_string && self.depth > 0 {
+                // Inside a container only quotes and brackets matter: pass
+                // over the rest (indentation, numbers, punctuation) at once.
+                match chunk[i..]
+                    .iter()
+                    .position(|c| matches!(c, b'"' | b'{' | b'}' | b'[' | b']'))
+                {
+                    Some(k) => i += k,
+                    None => return Fed::More,
+                }
+            }
             let c = chunk[i];
             if self.in_string {
                 if self.escaped {
@@ -811,6 +842,7 @@ mod tests {
             Some((7, 4))
         );
         assert!(piece.locate("/spec/containers/2").is_none());
+        assert_eq!(piece.start_of("/spec/containers/1/image"), Some(span.start));
         assert!(piece.locate("/spec/missing").is_none());
     }
 
