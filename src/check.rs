@@ -107,18 +107,28 @@ impl Manifest {
     }
 }
 
+/// What the `-f` arguments name: the manifests to read, the arguments
+/// that cannot be used, and what was left out on the way (charts met
+/// while walking a tree).
+#[derive(Debug, Default)]
+pub struct Sources {
+    pub manifests: Vec<Manifest>,
+    pub problems: Vec<String>,
+    pub skipped: Vec<report::Skipped>,
+}
+
 /// The manifests `-f` arguments name: files, `-` (stdin), or directories,
 /// walked recursively (like `kubectl apply -R -f dir`) for their `.yaml`,
 /// `.yml` and `.json` files in sorted order, hidden files and directories
-/// left out. Arguments that cannot be used are returned as problems.
-pub fn sources(args: &[String]) -> (Vec<Manifest>, Vec<String>) {
-    let mut sources = Vec::new();
-    let mut problems = Vec::new();
+/// left out. A Helm chart is not manifests until rendered: named, it is a
+/// problem that says what to run; met in a tree, it is skipped whole.
+pub fn sources(args: &[String]) -> Sources {
+    let mut found = Sources::default();
     let mut stdin = false;
     for arg in args {
         if arg == "-" {
             if !std::mem::replace(&mut stdin, true) {
-                sources.push(Manifest {
+                found.manifests.push(Manifest {
                     name: "-".into(),
                     origin: Place::Stdin,
                 });
@@ -126,11 +136,13 @@ pub fn sources(args: &[String]) -> (Vec<Manifest>, Vec<String>) {
             continue;
         }
         let path = Path::new(arg);
-        if path.is_dir() {
+        if is_chart(path) {
+            found.problems.push(format!("{arg}: {}", chart_advice(arg)));
+        } else if path.is_dir() {
             let mut seen = HashSet::new();
-            walk(path, &mut seen, &mut sources, &mut problems);
+            walk(path, &mut seen, &mut found);
         } else {
-            sources.push(Manifest {
+            found.manifests.push(Manifest {
                 name: arg.clone(),
                 origin: Place::File {
                     path: path.to_owned(),
@@ -139,12 +151,47 @@ pub fn sources(args: &[String]) -> (Vec<Manifest>, Vec<String>) {
             });
         }
     }
-    (sources, problems)
+    found
+}
+
+// === impl Sources ===
+
+impl From<Vec<Manifest>> for Sources {
+    fn from(manifests: Vec<Manifest>) -> Self {
+        Self {
+            manifests,
+            ..Self::default()
+        }
+    }
+}
+
+impl Sources {
+    /// The same sources, readable twice ([`Manifest::buffered`]).
+    pub fn buffered(self) -> Result<Self, String> {
+        let manifests = self
+            .manifests
+            .into_iter()
+            .map(Manifest::buffered)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { manifests, ..self })
+    }
+}
+
+/// A Helm chart's directory: the one that holds its `Chart.yaml`.
+fn is_chart(dir: &Path) -> bool {
+    dir.is_dir() && dir.join("Chart.yaml").is_file()
+}
+
+fn chart_advice(chart: &str) -> String {
+    format!(
+        "a Helm chart (it holds Chart.yaml), whose templates are not manifests until rendered: \
+         render it and check the result, e.g. helm template RELEASE {chart} | digest-gate check --allowlist ... -f -"
+    )
 }
 
 /// Adds the manifests under `dir`. Symbolic links are followed, each
 /// directory once, so a link back up the tree ends the walk there.
-fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Manifest>, problems: &mut Vec<String>) {
+fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, found: &mut Sources) {
     let shown = dir.display();
     match dir.canonicalize() {
         Ok(real) => {
@@ -152,11 +199,19 @@ fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Manifest>, pr
                 return;
             }
         }
-        Err(e) => return problems.push(format!("{shown}: cannot read directory: {e}")),
+        Err(e) => {
+            return found
+                .problems
+                .push(format!("{shown}: cannot read directory: {e}"));
+        }
     }
     let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
-        Err(e) => return problems.push(format!("{shown}: cannot list directory: {e}")),
+        Err(e) => {
+            return found
+                .problems
+                .push(format!("{shown}: cannot list directory: {e}"));
+        }
     };
     entries.sort();
     for path in entries {
@@ -164,14 +219,20 @@ fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, sources: &mut Vec<Manifest>, pr
         if name.starts_with('.') {
             continue;
         }
-        if path.is_dir() {
-            walk(&path, seen, sources, problems);
+        if is_chart(&path) {
+            let shown = path.display().to_string();
+            found.skipped.push(report::Skipped {
+                reason: chart_advice(&shown),
+                source: shown,
+            });
+        } else if path.is_dir() {
+            walk(&path, seen, found);
         } else if path.is_file()
             && path
                 .extension()
                 .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
         {
-            sources.push(Manifest {
+            found.manifests.push(Manifest {
                 name: path.display().to_string(),
                 origin: Place::File { path, found: true },
             });
@@ -233,6 +294,8 @@ pub struct Checked {
     /// Whether a Kubernetes object, or a `kind: List` (even empty), was
     /// found: a run that found none checked nothing and says so.
     pub found_objects: bool,
+    /// Objects of a kind digest-gate reads that were judged.
+    pub judged_kinds: usize,
     /// With `learn`: every distinct reference a workload will run
     /// (canonical repository, digest), what `--registry` verifies.
     pub will_run: std::collections::BTreeSet<(String, String)>,
@@ -246,17 +309,19 @@ pub struct Checked {
 /// With `learn`, it also collects what each workload will run
 /// ([`Checked::will_run`]); otherwise no image is looked at twice.
 pub fn check(
-    sources: &[Manifest],
+    sources: &Sources,
     rules: judge::Rules<'_>,
     fix: bool,
     learn: bool,
     mut out: Option<&mut Writer<'_>>,
 ) -> Checked {
     let mut outcome = Checked::default();
+    outcome.report.errors.clone_from(&sources.problems);
+    outcome.report.skipped.clone_from(&sources.skipped);
     if rules.published.is_some() {
         outcome.report.summary.registry = Some(Default::default());
     }
-    for source in sources {
+    for source in &sources.manifests {
         match source.open() {
             Ok(opened) => {
                 outcome.read += 1;
@@ -279,9 +344,43 @@ pub fn check(
             Err(e) => outcome.report.errors.push(e),
         }
     }
+    nothing_judged(&mut outcome);
+    outcome
+}
+
+/// A run that judged no object of a kind digest-gate reads: an error when
+/// something was skipped or nothing was found (a CI step pointed at the
+/// wrong file must not pass), else a note (only CRDs, an empty List).
+fn nothing_judged(outcome: &mut Checked) {
+    let skipped = outcome.report.skipped.len();
+    if outcome.report.errors.is_empty() && outcome.found_objects && outcome.judged_kinds == 0 {
+        let objects = outcome.report.summary.objects;
+        let read = format!(
+            "none of the {objects} object{} read is of a kind digest-gate reads",
+            if objects == 1 { "" } else { "s" },
+        );
+        match skipped {
+            0 if objects == 0 => outcome
+                .report
+                .notes
+                .push("the input held no object (an empty List): nothing to judge".to_owned()),
+            0 => outcome
+                .report
+                .notes
+                .push(format!("{read}: nothing held an image to judge")),
+            k => outcome.report.errors.push(format!(
+                "{read}, and {k} input{} {} skipped (see above): nothing was judged",
+                if k == 1 { "" } else { "s" },
+                if k == 1 { "was" } else { "were" }
+            )),
+        }
+    }
     if outcome.report.errors.is_empty() && !outcome.found_objects {
         let skipped = outcome.report.skipped.len();
         outcome.report.errors.push(match outcome.read {
+            0 if skipped > 0 => {
+                format!("no manifest read: {skipped} skipped (see above); nothing was checked")
+            }
             0 => "no manifest found: the directories given hold no .yaml, .yml or .json file".to_owned(),
             n => format!(
                 "no Kubernetes object found in the {n} file{} read{}; nothing was checked",
@@ -293,7 +392,6 @@ pub fn check(
             ),
         });
     }
-    outcome
 }
 
 /// Why the text of `name` could not be read; for a Helm template, the
@@ -334,6 +432,70 @@ struct Found<'d> {
     object: &'d Value,
     prefix: String,
     item: Option<usize>,
+    /// Wrapped in an AdmissionReview: judged as the webhook would.
+    review: Option<Review<'d>>,
+}
+
+/// What an AdmissionReview says of the object it wraps: the kind the
+/// apiserver names (which the webhook judges by), and on UPDATE the object
+/// before, so only images new or changed are judged.
+struct Review<'d> {
+    group: &'d str,
+    kind: &'d str,
+    operation: &'d str,
+    old: Option<&'d Value>,
+}
+
+/// A string value, or "" for anything else.
+fn str_of(value: &Value) -> &str {
+    value.as_str().unwrap_or("")
+}
+
+/// The object an `admission.k8s.io` AdmissionReview carries, at
+/// `/request/object`; a review with nothing the webhook would judge (a
+/// DELETE, no object) is not an object to check, and says why.
+fn review(value: &Value) -> Content<'_> {
+    let request = &value["request"];
+    let text = str_of;
+    let operation = text(&request["operation"]);
+    let object = match (operation, request.get("object")) {
+        ("CREATE" | "UPDATE", Some(object @ Value::Object(_))) => object,
+        ("CREATE" | "UPDATE", _) => {
+            return Content::Other(format!(
+                "an AdmissionReview of a {operation} without request.object"
+            ));
+        }
+        ("", _) => return Content::Other("an AdmissionReview without request.operation".to_owned()),
+        (other, _) => {
+            return Content::Other(format!(
+                "an AdmissionReview of a {other}, which the webhook allows without judging"
+            ));
+        }
+    };
+    let kind = text(&request["kind"]["kind"]);
+    let (group, kind) = match kind {
+        // A review written by hand may leave request.kind out: the
+        // object's own kind stands for it.
+        "" => {
+            let subject = judge::Subject::of(object, None);
+            (subject.group, subject.kind)
+        }
+        kind => (text(&request["kind"]["group"]), kind),
+    };
+    let old = (operation == "UPDATE")
+        .then(|| request.get("oldObject"))
+        .flatten();
+    Content::Objects(vec![Found {
+        object,
+        prefix: "/request/object".to_owned(),
+        item: None,
+        review: Some(Review {
+            group,
+            kind,
+            operation,
+            old: old.filter(|o| o.is_object()),
+        }),
+    }])
 }
 
 /// API groups of configuration files that sit beside manifests but are
@@ -353,6 +515,9 @@ fn content(value: &Value, found: bool) -> Content<'_> {
     };
     if found && TOOL_GROUPS.iter().any(|g| api_version.starts_with(g)) {
         return Content::Other(format!("a {kind} for {api_version}, read by a tool, not applied"));
+    }
+    if kind == "AdmissionReview" && api_version.starts_with("admission.k8s.io/") {
+        return review(value);
     }
     let mut objects = Vec::new();
     items_of(value, String::new(), &mut 0, 0, &mut objects);
@@ -380,6 +545,7 @@ fn items_of<'d>(value: &'d Value, prefix: String, next: &mut usize, depth: usize
         object: value,
         prefix,
         item,
+        review: None,
     });
 }
 
@@ -650,7 +816,7 @@ impl FileCheck<'_, '_> {
     /// skipped or could not be read, else what was read leniently.
     fn yaml(&mut self, text: &str, outcome: &mut Checked) -> Option<Vec<String>> {
         let mark = outcome.report.mark();
-        let still_denied = outcome.still_denied;
+        let (still_denied, judged_kinds) = (outcome.still_denied, outcome.judged_kinds);
         let offsets = Offsets::new(text);
         let mut docs = yaml::documents(text);
         for doc in docs.by_ref() {
@@ -663,6 +829,7 @@ impl FileCheck<'_, '_> {
                     if let Some(line) = template_line(text).filter(|_| self.found) {
                         outcome.report.rewind(mark);
                         outcome.still_denied = still_denied;
+                        outcome.judged_kinds = judged_kinds;
                         self.skip(outcome, template_advice(line));
                         return None;
                     }
@@ -723,7 +890,7 @@ impl FileCheck<'_, '_> {
                 prefix: &f.prefix,
             };
             let j = self.judge(&f, &at, doc.index, outcome);
-            if self.fix {
+            if self.fix && f.review.is_none() {
                 self.fixing.add_yaml(text, offsets, doc, f.prefix, &j);
             }
         }
@@ -742,7 +909,7 @@ impl FileCheck<'_, '_> {
             prefix: &f.prefix,
         };
         let j = self.judge(f, &at, document, outcome);
-        if let (true, Some(text)) = (self.fix, text) {
+        if let (true, Some(text), None) = (self.fix, text, &f.review) {
             self.fixing.add_json(text, piece, document, &f.prefix, &j);
         }
     }
@@ -755,7 +922,26 @@ impl FileCheck<'_, '_> {
         document: usize,
         outcome: &mut Checked,
     ) -> Judgement {
-        let j = judge::judge_as(judge::Subject::of(f.object, None), self.rules);
+        let subject = match &f.review {
+            Some(r) => judge::Subject {
+                group: r.group,
+                kind: r.kind,
+                object: f.object,
+                old: r.old,
+            },
+            None => judge::Subject::of(f.object, None),
+        };
+        if crate::objects::kinds::find(subject.group, subject.kind).is_some() {
+            outcome.judged_kinds += 1;
+        }
+        let j = judge::judge_as(subject, self.rules);
+        if let Some(r) = &f.review {
+            self.reviewed(r, outcome);
+            if self.fix {
+                // Refused: nothing of it is reported as fixed.
+                return j;
+            }
+        }
         let allowlist = self.rules.allowlist;
         if self.learn {
             outcome
@@ -784,6 +970,25 @@ impl FileCheck<'_, '_> {
             w.flush(&mut outcome.report);
         }
         j
+    }
+
+    /// Says that a review was read, and what of it was judged; `--fix`
+    /// cannot edit one: it is what the apiserver sends, not a manifest.
+    fn reviewed(&mut self, r: &Review<'_>, outcome: &mut Checked) {
+        let judged = match r.old {
+            Some(_) => "only the images new or changed against its oldObject judged, as the webhook does",
+            None => "judged as the webhook would",
+        };
+        outcome.report.notes.push(format!(
+            "{}: read an AdmissionReview ({} of a {}): its request.object {judged}",
+            self.name, r.operation, r.kind
+        ));
+        if self.fix {
+            outcome.report.errors.push(format!(
+                "{}: --fix cannot edit an AdmissionReview, which is what the apiserver sends, not a manifest: fix the manifest its request.object came from",
+                self.name
+            ));
+        }
     }
 
     fn finish_fixing(&mut self, text: String, json: bool, outcome: &mut Checked) {
@@ -1159,7 +1364,7 @@ mod tests {
     fn run(text: &str, fix: bool) -> Checked {
         let list = crate::testing::incident_allowlist();
         check(
-            &[Manifest::text("m.yaml", text)],
+            &Sources::from(vec![Manifest::text("m.yaml", text)]),
             judge::Rules {
                 policy: &crate::policy::Policy::default(),
                 allowlist: &list,

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::allowlist::{self, Exemption, Loaded, Pattern};
 use crate::audit;
@@ -69,10 +69,12 @@ pub enum Output {
     Sarif,
 }
 
-/// A per-kind mode override, `KIND=MODE`.
+/// A per-kind mode override, `KIND=MODE`: the kind is one of the kinds
+/// table's, so a mistyped one is refused where it is read rather than
+/// quietly matching nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KindMode {
-    pub kind: String,
+    pub kind: &'static crate::objects::Kind,
     pub mode: Mode,
 }
 
@@ -85,10 +87,8 @@ fn parse_kind_mode(s: &str) -> Result<KindMode, String> {
     if kind.trim().is_empty() {
         return Err(format!("'{s}' names no kind"));
     }
-    Ok(KindMode {
-        kind: kind.trim().to_owned(),
-        mode,
-    })
+    let kind = crate::objects::kinds::named(kind).map_err(|e| e.to_string())?;
+    Ok(KindMode { kind, mode })
 }
 
 /// Where the allowlist comes from: `--allowlist`, and which packages of a
@@ -200,7 +200,7 @@ impl PolicyArgs {
             ..Policy::default()
         };
         for km in &self.kind_modes {
-            policy.set_kind_mode(&km.kind, km.mode);
+            policy.set_kind_mode(km.kind.name, km.mode);
         }
         policy
     }
@@ -449,48 +449,74 @@ pub struct ServeArgs {
 #[derive(Debug, Subcommand)]
 pub enum AllowlistCommand {
     /// Convert any accepted source (CSV, ImageSetConfiguration, plain list,
-    /// native) to one native Allowlist document on standard output.
+    /// catalog, native) to one native Allowlist document on standard output.
+    ///
+    /// Exit codes: 0 converted; 2 unusable flags or allowlist (one that
+    /// promotes no repository included).
     Convert {
-        /// Source files or directories; they merge by union.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
+        #[command(flatten)]
+        files: FilesArgs,
         /// metadata.name of the generated Allowlist.
         #[arg(long, env = "DIGEST_GATE_NAME", default_value = "promoted")]
         name: String,
-        #[command(flatten)]
-        catalog: CatalogArgs,
     },
     /// Check allowlist files and report what they promote.
     ///
-    /// Exit codes: 0 usable; 1 usable but with warnings (only with --strict);
-    /// 2 errors.
+    /// Exit codes: 0 usable; 1 usable but with warnings (only with --strict,
+    /// which names them); 2 errors, or an allowlist that promotes no
+    /// repository.
     Lint {
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
+        #[command(flatten)]
+        files: FilesArgs,
         /// Treat warnings as failures.
         #[arg(long, env = "DIGEST_GATE_STRICT")]
         strict: bool,
-        #[command(flatten)]
-        catalog: CatalogArgs,
     },
     /// Ask the registries whether every promoted digest can be pulled:
     /// present where a node pulls it (mirrors first), an image rather than
     /// a signature or an artifact, and there for each --platform.
     ///
     /// Exit codes: 0 every digest ok; 1 a digest is missing, not runnable or
-    /// missing a platform; 2 unusable flags, credentials or allowlist, or a
-    /// digest that could not be verified (and none that fails).
+    /// missing a platform; 2 unusable flags, credentials or allowlist (one
+    /// that promotes no repository included), or a digest that could not be
+    /// verified (and none that fails).
     Verify(Box<VerifyArgs>),
+}
+
+/// The allowlist files `lint`, `convert` and `verify` read: `--allowlist`,
+/// as every command spells it, and positional files, the spelling these
+/// three had first (both work, together too).
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    #[command(flatten)]
+    pub allowlist: AllowlistArgs,
+    /// More allowlist files or directories (the same as --allowlist).
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+impl FilesArgs {
+    /// Every file named, `--allowlist` first; none is a usage error.
+    fn paths(&self) -> Vec<PathBuf> {
+        let paths: Vec<PathBuf> = self
+            .allowlist
+            .allowlists
+            .iter()
+            .chain(&self.files)
+            .cloned()
+            .collect();
+        if paths.is_empty() {
+            missing_allowlist();
+        }
+        paths
+    }
 }
 
 /// `digest-gate allowlist verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
-    pub allowlist: AllowlistArgs,
-    /// More allowlist files or directories.
-    #[arg(value_name = "FILE")]
-    pub files: Vec<PathBuf>,
+    pub files: FilesArgs,
     /// A platform the nodes run, OS/ARCH[/VARIANT] (repeatable): each
     /// digest must have a runnable image for it, with its blobs.
     #[arg(long = "platform", env = "DIGEST_GATE_PLATFORM", value_delimiter = ',')]
@@ -533,20 +559,27 @@ pub enum VerifyOutput {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match cli.command {
-        Command::Serve(args) => run_serve(*args),
+        Command::Serve(args) => {
+            let given = |id: &str| {
+                matches
+                    .subcommand_matches("serve")
+                    .and_then(|m| m.value_source(id))
+                    .is_some_and(|s| s != clap::parser::ValueSource::DefaultValue)
+            };
+            let addresses = Given {
+                listen: given("listen"),
+                admin_listen: given("admin_listen"),
+            };
+            run_serve(*args, addresses)
+        }
         Command::Check(args) => run_check(&args),
         Command::Audit(args) => run_audit(&args),
         Command::Cleanup(args) => run_cleanup(&args),
-        Command::Allowlist(AllowlistCommand::Convert { files, name, catalog }) => {
-            run_convert(&files, &name, &catalog.options())
-        }
-        Command::Allowlist(AllowlistCommand::Lint {
-            files,
-            strict,
-            catalog,
-        }) => run_lint(&files, strict, &catalog.options()),
+        Command::Allowlist(AllowlistCommand::Convert { files, name }) => run_convert(&files, &name),
+        Command::Allowlist(AllowlistCommand::Lint { files, strict }) => run_lint(&files, strict),
         Command::Allowlist(AllowlistCommand::Verify(args)) => run_verify(&args),
     };
     ExitCode::from(code)
@@ -557,6 +590,17 @@ fn load(paths: &[PathBuf], catalog: &allowlist::CatalogOptions) -> Result<Loaded
         eprintln!("error: the allowlist cannot be used:\n{errors}");
         2
     })
+}
+
+/// The rule for an allowlist that promotes nothing, where a mode applies
+/// (`check`, `audit`; `serve` keeps it in its supply): an error where it
+/// would deny every listed image, else a warning said here.
+fn judged_by(policy: &Policy, list: &allowlist::Allowlist) -> Result<(), String> {
+    let warning = policy.judges_by(list).map_err(|e| e.to_string())?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    Ok(())
 }
 
 fn missing_allowlist() -> ! {
@@ -597,60 +641,113 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
 /// The bundled example allowlist, for `serve --dev` on a fresh checkout.
 const EXAMPLE_ALLOWLIST: &str = include_str!("../examples/allowlist.yaml");
 
-fn run_serve(args: ServeArgs) -> u8 {
+/// Which of `serve`'s addresses were given (a flag or its variable)
+/// rather than left at their defaults.
+struct Given {
+    listen: bool,
+    admin_listen: bool,
+}
+
+/// `--dev` listens on loopback unless an address is given: its CA is a
+/// throwaway one, and the admin port has no authentication at all. An
+/// address given that reaches further is said, with what it exposes.
+fn dev_addresses(server: &mut server::Config, given: &Given) {
+    let loopback = |addr: &mut std::net::SocketAddr| addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    let warn = |flag: &str, addr: std::net::SocketAddr, what: &str| {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "--dev with {flag} {addr} exposes {what} to every network this host reaches");
+        }
+    };
+    match given.listen {
+        true => warn(
+            "--listen",
+            server.listen,
+            "a webhook whose certificate is signed by a throwaway CA",
+        ),
+        false => loopback(&mut server.listen),
+    }
+    match given.admin_listen {
+        true => warn(
+            "--admin-listen",
+            server.admin_listen,
+            "/metrics and /readyz, unauthenticated,",
+        ),
+        false => loopback(&mut server.admin_listen),
+    }
+}
+
+fn run_serve(mut args: ServeArgs, given: Given) -> u8 {
     if let Err(e) = init_logging(args.log_format, &args.log_level) {
         eprintln!("error: {e}");
         return 2;
     }
     let mut allowlists = args.policy.allowlist.allowlists.clone();
+    if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() && !args.dev {
+        missing_allowlist();
+    }
+    let mut bound = None;
     let (cert, key) = if args.dev {
-        let dir = args
-            .dev_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("digest-gate-dev"));
-        let names = ["localhost", "127.0.0.1", "::1", "digest-gate.default.svc"];
-        let files = match server::tls::generate_dev_certificates(&dir, &names) {
-            Ok(f) => f,
+        dev_addresses(&mut args.server, &given);
+        // Bound before anything is written: a second `serve --dev` whose
+        // ports are taken must not replace the running one's CA.
+        match server::Bound::bind(args.server.listen, args.server.admin_listen) {
+            Ok(b) => bound = Some(b),
             Err(e) => {
                 eprintln!("error: {e}");
                 return 1;
             }
-        };
-        if allowlists.is_empty() {
-            let path = dir.join("allowlist.yaml");
-            if let Err(e) = std::fs::write(&path, EXAMPLE_ALLOWLIST) {
-                eprintln!("error: {}: {e}", path.display());
-                return 1;
-            }
-            allowlists.push(path);
         }
-        eprintln!(
-            "development mode: throwaway CA at {ca} (certificate for localhost, 127.0.0.1, ::1)\n  allowlist: {list}\n  try: curl --cacert {ca} -H 'Content-Type: application/json' --data @examples/review.json https://localhost:{port}/mutate",
-            ca = files.ca.display(),
-            list = allowlists
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            port = args.server.listen.port(),
-        );
-        (files.cert, files.key)
+        match dev_files(&args, &mut allowlists) {
+            Ok(files) => files,
+            Err(code) => return code,
+        }
     } else {
         match (args.tls_cert.clone(), args.tls_key.clone()) {
             (Some(c), Some(k)) => (c, k),
             _ => unreachable!("clap requires both unless --dev"),
         }
     };
-    if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() {
-        missing_allowlist();
-    }
     let inputs = server::Inputs {
         cert,
         key,
         allowlists,
         policy: args.policy.policy(),
+        bound,
     };
     server::run(args.server, inputs)
+}
+
+/// `--dev`'s throwaway CA and certificate, and the bundled allowlist when
+/// none is given, written to `--dev-dir`; the key pair's paths.
+fn dev_files(args: &ServeArgs, allowlists: &mut Vec<PathBuf>) -> Result<(PathBuf, PathBuf), u8> {
+    let dir = args
+        .dev_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("digest-gate-dev"));
+    let names = ["localhost", "127.0.0.1", "::1", "digest-gate.default.svc"];
+    let files = server::tls::generate_dev_certificates(&dir, &names).map_err(|e| {
+        eprintln!("error: {e}");
+        1
+    })?;
+    if allowlists.is_empty() {
+        let path = dir.join("allowlist.yaml");
+        std::fs::write(&path, EXAMPLE_ALLOWLIST).map_err(|e| {
+            eprintln!("error: {}: {e}", path.display());
+            1
+        })?;
+        allowlists.push(path);
+    }
+    eprintln!(
+        "development mode: throwaway CA at {ca} (certificate for localhost, 127.0.0.1, ::1)\n  allowlist: {list}\n  try: curl --cacert {ca} -H 'Content-Type: application/json' --data @examples/review.json https://localhost:{port}/mutate",
+        ca = files.ca.display(),
+        list = allowlists
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        port = args.server.listen.port(),
+    );
+    Ok((files.cert, files.key))
 }
 
 fn run_check(args: &CheckArgs) -> u8 {
@@ -664,6 +761,10 @@ fn run_check(args: &CheckArgs) -> u8 {
         Ok(l) => l,
         Err(code) => return code,
     };
+    if let Err(e) = judged_by(&args.policy.policy(), &loaded.allowlist) {
+        eprintln!("error: {e}");
+        return 2;
+    }
     let names: Vec<String> = args.filenames.iter().chain(&args.files).cloned().collect();
     if names.is_empty() {
         eprintln!("error: no manifests given; pass -f FILE (or -f - for standard input)");
@@ -673,7 +774,7 @@ fn run_check(args: &CheckArgs) -> u8 {
         eprintln!("error: --in-place cannot write back to standard input");
         return 2;
     }
-    let (sources, mut problems) = check::sources(&names);
+    let sources = check::sources(&names);
     let format = output_format(args.output, args.fix);
     // With --fix, standard output is the fixed stream: the report goes to
     // standard error.
@@ -692,8 +793,6 @@ fn run_check(args: &CheckArgs) -> u8 {
             return 2;
         }
     };
-    problems.append(&mut outcome.report.errors);
-    outcome.report.errors = problems;
     // Skipped files are told on stderr whatever the format, so they never
     // mix into a report or a fixed stream on stdout.
     for s in &outcome.report.skipped {
@@ -782,6 +881,7 @@ fn run_audit(args: &AuditArgs) -> u8 {
             &policy.catalog,
         )
         .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+        judged_by(&policy, &loaded.allowlist)?;
         let target = audit::Target {
             scope: scope(args, &connection),
             label_selector: args.selector.clone(),
@@ -891,7 +991,7 @@ impl Audited<'_> {
 /// is then read once and kept for the second pass).
 fn checked(
     args: &CheckArgs,
-    sources: Vec<check::Manifest>,
+    sources: check::Sources,
     allowlist: &allowlist::Allowlist,
     out: &mut output::Writer<'_>,
 ) -> Result<check::Checked, String> {
@@ -904,10 +1004,7 @@ fn checked(
     if !args.verify.enabled {
         return Ok(check::check(&sources, rules, args.fix, false, Some(out)));
     }
-    let sources = sources
-        .into_iter()
-        .map(check::Manifest::buffered)
-        .collect::<Result<Vec<_>, _>>()?;
+    let sources = sources.buffered()?;
     // The first pass only learns what will run: its reports are dropped.
     let mut nowhere = output::Writer::discard();
     let found = check::check(&sources, rules, args.fix, true, Some(&mut nowhere));
@@ -924,12 +1021,8 @@ fn kinds(names: &[String]) -> Result<Vec<&'static crate::objects::Kind>, u8> {
     names
         .iter()
         .map(|name| {
-            audit::kind_named(name).ok_or_else(|| {
-                let known: Vec<&str> = crate::objects::KINDS.iter().map(|k| k.name).collect();
-                eprintln!(
-                    "error: --kinds: digest-gate does not read '{name}'; it reads {}",
-                    known.join(", ")
-                );
+            crate::objects::kinds::named(name).map_err(|e| {
+                eprintln!("error: --kinds: {e}");
                 2
             })
         })
@@ -1014,44 +1107,67 @@ fn print_out(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-fn run_convert(files: &[PathBuf], name: &str, catalog: &allowlist::CatalogOptions) -> u8 {
-    let loaded = match load(files, catalog) {
+/// Refuses an allowlist that promotes nothing, for the commands that take
+/// no mode (`lint`, `convert`, `verify`): there it can only be a mistake.
+fn promotes_something(loaded: &Loaded, command: &str) -> Result<(), u8> {
+    if loaded.allowlist.repository_count() > 0 {
+        return Ok(());
+    }
+    eprintln!("error: the allowlist promotes no repository: nothing to {command}");
+    Err(2)
+}
+
+fn run_convert(args: &FilesArgs, name: &str) -> u8 {
+    let paths = args.paths();
+    let loaded = match load(&paths, &args.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
+    if let Err(code) = promotes_something(&loaded, "convert") {
+        return code;
+    }
     let sources: Vec<String> = loaded.sources.iter().map(|s| s.file.clone()).collect();
     print_out(&allowlist::to_native_yaml(&loaded.allowlist, name, &sources));
     0
 }
 
-fn run_lint(files: &[PathBuf], strict: bool, catalog: &allowlist::CatalogOptions) -> u8 {
-    let loaded = match load(files, catalog) {
+fn run_lint(args: &FilesArgs, strict: bool) -> u8 {
+    let loaded = match load(&args.paths(), &args.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };
     let lint = allowlist::lint(&loaded);
     print_out(&lint.report);
-    u8::from(strict && lint.warnings > 0)
+    if let Err(code) = promotes_something(&loaded, "lint") {
+        return code;
+    }
+    if strict && !lint.warnings.is_empty() {
+        let n = lint.warnings.len();
+        eprintln!(
+            "error: --strict: {n} warning{} fail{} the lint:",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "s" } else { "" }
+        );
+        for w in &lint.warnings {
+            eprintln!("  {w}");
+        }
+        return 1;
+    }
+    0
 }
 
 fn run_verify(args: &VerifyArgs) -> u8 {
-    let paths: Vec<PathBuf> = args
-        .allowlist
-        .allowlists
-        .iter()
-        .chain(&args.files)
-        .cloned()
-        .collect();
-    if paths.is_empty() {
-        missing_allowlist();
-    }
-    let loaded = match load(&paths, &args.allowlist.catalog.options()) {
+    let paths = args.files.paths();
+    let loaded = match load(&paths, &args.files.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };
+    if let Err(code) = promotes_something(&loaded, "verify") {
+        return code;
+    }
     let settings = match args.registry.settings() {
         Ok(s) => s,
         Err(e) => {
@@ -1111,15 +1227,52 @@ mod tests {
     }
 
     #[test]
-    fn kind_modes_parse() {
+    fn dev_listens_on_loopback_unless_an_address_is_given() {
+        let defaults = server::Config::default();
+        let mut config = defaults.clone();
+        let nothing = Given {
+            listen: false,
+            admin_listen: false,
+        };
+        dev_addresses(&mut config, &nothing);
+        assert_eq!(config.listen, "127.0.0.1:8443".parse().unwrap());
+        assert_eq!(config.admin_listen, "127.0.0.1:8080".parse().unwrap());
+        // What is given stands, wherever it reaches (a warning says so).
+        let mut config = defaults.clone();
+        let both = Given {
+            listen: true,
+            admin_listen: true,
+        };
+        dev_addresses(&mut config, &both);
         assert_eq!(
-            parse_kind_mode("ServingRuntime=Enforce"),
-            Ok(KindMode {
-                kind: "ServingRuntime".into(),
-                mode: Mode::Enforce
-            })
+            (config.listen, config.admin_listen),
+            (defaults.listen, defaults.admin_listen)
         );
+    }
+
+    #[test]
+    fn kind_modes_parse() {
+        let runtime = crate::objects::kinds::named("ServingRuntime").unwrap();
+        for given in [
+            "ServingRuntime=Enforce",
+            "servingruntimes=enforce",
+            "SERVINGRUNTIME = enforce",
+        ] {
+            assert_eq!(
+                parse_kind_mode(given),
+                Ok(KindMode {
+                    kind: runtime,
+                    mode: Mode::Enforce
+                }),
+                "{given}"
+            );
+        }
         assert!(parse_kind_mode("ServingRuntime").is_err());
+        let bogus = parse_kind_mode("Bogus=enforce").unwrap_err();
+        assert!(
+            bogus.starts_with("'Bogus' is not a kind digest-gate reads; it reads Pod,"),
+            "{bogus}"
+        );
         assert!(parse_kind_mode("Pod=strict").is_err());
         assert!(parse_kind_mode("=audit").is_err());
     }

@@ -254,6 +254,15 @@ pub struct Decision {
 /// Most candidates a message lists before "and N more".
 const MAX_CANDIDATES: usize = 3;
 
+/// An allowlist that promotes no repository, under a policy that would
+/// deny every listed image with it: almost always a ConfigMap emptied by
+/// mistake or the wrong file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the allowlist promotes no repository, so every image would be denied (with --mode audit or --unlisted allow it is only reported)"
+)]
+pub struct PromotesNothing;
+
 /// Decision settings: the mode, per-kind overrides, and unlisted handling.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -306,6 +315,26 @@ impl Policy {
     /// Whether any kind can be denied (some mode other than audit).
     pub fn can_deny(&self) -> bool {
         self.mode != Mode::Audit || self.kind_modes.values().any(|m| *m != Mode::Audit)
+    }
+
+    /// Whether `allowlist` can be judged by: one that promotes no
+    /// repository is refused where it would deny every listed image (the
+    /// same words in `check`, `audit` and `serve`), and elsewhere (audit
+    /// mode, `--unlisted allow`) worth a warning, returned. `Ok(None)`:
+    /// it promotes something.
+    pub fn judges_by(&self, allowlist: &Allowlist) -> Result<Option<&'static str>, PromotesNothing> {
+        if allowlist.repository_count() > 0 {
+            return Ok(None);
+        }
+        match (self.unlisted, self.can_deny()) {
+            (Unlisted::Deny, true) => Err(PromotesNothing),
+            (Unlisted::Deny, false) => Ok(Some(
+                "the allowlist promotes no repository: every image is reported as unlisted (audit mode denies nothing)",
+            )),
+            (Unlisted::Allow, _) => Ok(Some(
+                "the allowlist promotes no repository: every image is allowed as unlisted (--unlisted allow)",
+            )),
+        }
     }
 
     /// Sets the mode of `kind`.

@@ -493,7 +493,7 @@ fn a_run_that_finds_no_kubernetes_object_fails() {
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!(
         run.stdout,
-        "0 objects checked: 0 allowed, 0 to rewrite, 0 denied, 0 skipped\n"
+        "note: the input held no object (an empty List): nothing to judge\n0 objects checked: 0 allowed, 0 to rewrite, 0 denied, 0 skipped\n"
     );
     let run = digest_gate(
         &["check", "--allowlist", &example_allowlist(), "-f", "-"],
@@ -1183,7 +1183,8 @@ fn a_catalog_rewrites_to_the_digest_of_the_bundle_nearest_the_channel_head() {
         images[1]["promotions"][0]["origin"],
         "catalog package rhods-operator bundle rhods-operator.3.3.0 (channel stable-3.x)"
     );
-    // Another package only: the repository is not promoted at all.
+    // Another package only, which names its images by tag: the allowlist
+    // promotes nothing, which would deny every image, so it is refused.
     let foo = path("tests/fixtures/olm/foo.yaml");
     let run = digest_gate(
         &[
@@ -1199,8 +1200,13 @@ fn a_catalog_rewrites_to_the_digest_of_the_bundle_nearest_the_channel_head() {
         ],
         Some(DASHBOARD_POD),
     );
-    assert_eq!(run.code, 1);
-    assert!(run.stdout.contains("deny"), "{}", run.stdout);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .contains("error: the allowlist promotes no repository, so every image would be denied"),
+        "{}",
+        run.stderr
+    );
     // A package no catalog has: the allowlist cannot be used.
     let run = digest_gate(
         &[
@@ -1387,5 +1393,290 @@ fn a_truncated_list_reports_what_it_read_and_where_it_broke() {
         error.starts_with(&format!("-: line {lines} column "))
             && error.contains(&format!("the input ends in item {read} of document 0")),
         "{error}"
+    );
+}
+
+// === never silently wrong (issue 41) ===
+
+/// `digest-gate` with the environment variables given, and none of the
+/// `DIGEST_GATE_*` ones the tests' own environment may have.
+fn digest_gate_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_digest-gate"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DIGEST_GATE_")) {
+        cmd.env_remove(key);
+    }
+    let out = cmd.args(args).envs(env.iter().copied()).output().unwrap();
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+#[test]
+fn a_per_kind_mode_takes_a_kind_or_its_resource_name_and_nothing_else() {
+    let file = path("examples/manifests/incident-servingruntime.yaml");
+    // kubectl's plural, in any case, enforces as the kind does.
+    for given in ["ServingRuntimes=enforce", "servingruntime=ENFORCE"] {
+        let run = check(&example_allowlist(), &file, &["--kind-mode", given, "-o", "json"]);
+        assert_eq!(run.code, 1, "{given}: {}", run.stderr);
+        assert_eq!(
+            run.json()["results"][0]["images"][0]["verdict"],
+            "deny",
+            "{given}"
+        );
+    }
+    let known = "it reads Pod, ServingRuntime, ClusterServingRuntime,";
+    for args in [
+        vec![
+            "check",
+            "--allowlist",
+            "examples/allowlist.yaml",
+            "-f",
+            "examples/manifests",
+            "--kind-mode",
+            "Bogus=enforce",
+        ],
+        vec![
+            "audit",
+            "--allowlist",
+            "examples/allowlist.yaml",
+            "-A",
+            "--kind-mode",
+            "Bogus=enforce",
+        ],
+        vec!["serve", "--dev", "--kind-mode", "Bogus=enforce"],
+    ] {
+        let run = digest_gate_env(&args, &[]);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("'Bogus' is not a kind digest-gate reads; ") && run.stderr.contains(known),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // The variable is read with the same rule.
+    let run = digest_gate_env(
+        &["check", "--allowlist", &example_allowlist(), "-f", &file],
+        &[("DIGEST_GATE_KIND_MODE", "Pod=audit,Bogus=enforce")],
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("'Bogus' is not a kind"), "{}", run.stderr);
+}
+
+#[test]
+fn an_admission_review_is_judged_as_the_webhook_judges_its_object() {
+    let review = path("examples/review.json");
+    let run = check(&example_allowlist(), &review, &["-o", "json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let out = run.json();
+    let result = &out["results"][0];
+    assert_eq!(result["kind"], "ServingRuntime");
+    assert_eq!(result["verdict"], "rewrite");
+    assert_eq!(result["images"][0]["rewrite"], format!("{OVMS}@{PROMOTED}"));
+    // The line is the image's own, in the review.
+    let text = std::fs::read_to_string(&review).unwrap();
+    let line = result["images"][0]["line"].as_u64().unwrap() as usize;
+    assert!(
+        text.lines().nth(line - 1).unwrap().contains(NEVER_PROMOTED),
+        "line {line}"
+    );
+    assert!(
+        out["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("read an AdmissionReview (CREATE of a ServingRuntime): its request.object judged"),
+        "{out}"
+    );
+
+    // An UPDATE judges only what changed: the same never-promoted image
+    // before and after is let through, as the webhook lets it.
+    let mut update: Value = serde_json::from_str(&text).unwrap();
+    update["request"]["operation"] = "UPDATE".into();
+    update["request"]["oldObject"] = update["request"]["object"].clone();
+    update["request"]["object"]["metadata"]["labels"] = serde_json::json!({"team": "models"});
+    let run = digest_gate(
+        &[
+            "check",
+            "--allowlist",
+            &example_allowlist(),
+            "-f",
+            "-",
+            "-o",
+            "json",
+        ],
+        Some(&update.to_string()),
+    );
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("only the images new or changed against its oldObject"),
+        "{}",
+        run.stdout
+    );
+
+    // A DELETE carries nothing to judge: refused, not passed.
+    update["request"]["operation"] = "DELETE".into();
+    let run = digest_gate(
+        &["check", "--allowlist", &example_allowlist(), "-f", "-"],
+        Some(&update.to_string()),
+    );
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("an AdmissionReview of a DELETE"),
+        "{}",
+        run.stdout
+    );
+
+    // --fix cannot edit what the apiserver sent.
+    let run = check(&example_allowlist(), &review, &["--fix"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--fix cannot edit an AdmissionReview"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains(PROMOTED), "nothing is fixed: {}", run.stdout);
+}
+
+#[test]
+fn a_chart_is_refused_when_named_and_skipped_in_a_tree() {
+    let run = check(&example_allowlist(), &path("charts/digest-gate"), &[]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("a Helm chart (it holds Chart.yaml)")
+            && run.stdout.contains("helm template RELEASE ")
+            && run.stdout.contains("| digest-gate check --allowlist ... -f -"),
+        "{}",
+        run.stdout
+    );
+
+    // A tree with a chart and manifests: the chart is skipped with the
+    // same advice, the manifests judged.
+    let dir = scratch("tree-with-chart");
+    let chart = dir.join("charts/app");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: app\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/pod.yaml"),
+        "kind: Pod\nimage: {{ .Values.image }}\n",
+    )
+    .unwrap();
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::copy(
+        path("examples/manifests/incident-servingruntime.yaml"),
+        manifests.join("rt.yaml"),
+    )
+    .unwrap();
+    let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("note: skipped ") && run.stderr.contains("a Helm chart"),
+        "{}",
+        run.stderr
+    );
+
+    // Without the manifests, only objects of kinds digest-gate does not
+    // read are left beside the skipped chart: nothing was judged, exit 2.
+    std::fs::remove_file(manifests.join("rt.yaml")).unwrap();
+    std::fs::copy(
+        path("tests/fixtures/upstream/crds/kserve_serving.kserve.io_servingruntimes.minimal.yaml"),
+        manifests.join("crd.yaml"),
+    )
+    .unwrap();
+    let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "error: none of the 1 object read is of a kind digest-gate reads, and 1 input was skipped (see above): nothing was judged"
+        ),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn an_allowlist_that_promotes_nothing_has_one_answer() {
+    let dir = scratch("promotes-nothing");
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "# emptied by mistake\n").unwrap();
+    let empty = empty.display().to_string();
+    let file = path("examples/manifests/incident-servingruntime.yaml");
+    let refused = "error: the allowlist promotes no repository, so every image would be denied";
+    // Where it would deny every listed image: an error, exit 2.
+    for extra in [
+        &[][..],
+        &["--mode", "enforce"],
+        &["--mode", "audit", "--kind-mode", "ServingRuntime=enforce"],
+    ] {
+        let run = check(&empty, &file, extra);
+        assert_eq!(run.code, 2, "{extra:?}: {}", run.stderr);
+        assert!(run.stderr.contains(refused), "{extra:?}: {}", run.stderr);
+    }
+    // Where it denies nothing: a warning, and the check runs.
+    let run = check(&empty, &file, &["--mode", "audit"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: the allowlist promotes no repository: every image is reported"),
+        "{}",
+        run.stderr
+    );
+    let run = check(&empty, &file, &["--unlisted", "allow"]);
+    assert!(
+        run.stderr
+            .contains("warning: the allowlist promotes no repository: every image is allowed"),
+        "{}",
+        run.stderr
+    );
+    // The commands that take no mode refuse it.
+    for command in ["lint", "convert", "verify"] {
+        let run = digest_gate_env(&["allowlist", command, "--allowlist", &empty], &[]);
+        assert_eq!(run.code, 2, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "error: the allowlist promotes no repository: nothing to {command}"
+            )),
+            "{command}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn lint_convert_and_verify_take_the_allowlist_one_way_and_strict_names_its_warnings() {
+    let csv = path("tests/data/allowlists/rhods-operator.csv.yaml");
+    let positional = digest_gate_env(&["allowlist", "convert", &csv], &[]);
+    let flagged = digest_gate_env(&["allowlist", "convert", "--allowlist", &csv], &[]);
+    let from_env = digest_gate_env(&["allowlist", "convert"], &[("DIGEST_GATE_ALLOWLIST", &csv)]);
+    assert_eq!(positional.code, 0, "{}", positional.stderr);
+    assert_eq!(positional.stdout, flagged.stdout);
+    assert_eq!(positional.stdout, from_env.stdout);
+    let lint = digest_gate_env(&["allowlist", "lint", "--allowlist", &csv], &[]);
+    assert_eq!(lint.code, 0, "{}", lint.stderr);
+    // --strict fails on a warning, and names it.
+    let dir = scratch("strict");
+    let list = dir.join("list.txt");
+    // Two digests of one repository and nothing to pick the rewrite target.
+    std::fs::write(&list, format!("{OVMS}@{PROMOTED}\n{OVMS}@{NEVER_PROMOTED}\n")).unwrap();
+    let run = digest_gate_env(
+        &["allowlist", "lint", "--strict", &list.display().to_string()],
+        &[],
+    );
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let warning = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("warning: "))
+        .expect("a warning");
+    assert!(
+        run.stderr.contains("error: --strict: 1 warning fails the lint:") && run.stderr.contains(warning),
+        "{}",
+        run.stderr
     );
 }

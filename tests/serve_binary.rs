@@ -25,6 +25,8 @@ struct Serve {
     webhook: SocketAddr,
     admin: SocketAddr,
     ca_pem: String,
+    /// Its --dev-dir.
+    dir: std::path::PathBuf,
 }
 
 fn spawn(name: &str, extra: &[&str]) -> Serve {
@@ -61,6 +63,7 @@ fn spawn(name: &str, extra: &[&str]) -> Serve {
         webhook,
         admin,
         ca_pem: std::fs::read_to_string(ca).unwrap(),
+        dir,
     }
 }
 
@@ -292,4 +295,48 @@ async fn logs_show_failed_reloads_but_never_request_bodies() {
         "request bodies are not logged"
     );
     assert!(!stderr.contains("API_TOKEN"), "request bodies are not logged");
+}
+
+/// Issue 41: a second `serve --dev` whose ports are taken fails before it
+/// writes anything, so the running server's CA, key pair and allowlist
+/// are as they were; the running one still answers with its own CA.
+#[tokio::test]
+async fn a_dev_start_that_cannot_listen_changes_no_file_of_the_running_one() {
+    let mut first = spawn("dev-first", &[]);
+    let dir = first.dir.clone();
+    let files = ["ca.crt", "tls.crt", "tls.key", "allowlist.yaml"];
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    let second = Command::new(env!("CARGO_BIN_EXE_digest-gate"))
+        .args(["serve", "--dev", "--dev-dir"])
+        .arg(&dir)
+        .args(["--listen", &first.webhook.to_string()])
+        .args([
+            "--admin-listen",
+            &SocketAddr::from(([127, 0, 0, 1], free_port())).to_string(),
+        ])
+        .env_remove("DIGEST_GATE_ALLOWLIST")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {}", first.webhook)),
+        "{stderr}"
+    );
+    let after: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+    assert!(
+        before == after,
+        "a failed start rewrote the running server's files"
+    );
+    let stream = connect_named(first.webhook, &first.ca_pem, "localhost", &[b"http/1.1"], None).await;
+    assert!(stream.is_ok(), "the running server's CA still verifies it");
+    signal(&first.child, "-TERM");
+    let (code, _) = wait_exit(&mut first.child, Duration::from_secs(15));
+    assert_eq!(code, 0);
 }

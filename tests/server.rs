@@ -356,6 +356,7 @@ async fn start_tuned(name: &str, policy: Policy, client_ca: bool, tune: impl FnO
         key: tls_dir.join("tls.key"),
         allowlists: vec![list_dir],
         policy,
+        bound: None,
     };
     let mut config = loopback_config();
     config.reload_interval = Duration::from_millis(100);
@@ -724,6 +725,7 @@ async fn start_in(dir: &Path, list_dir: &Path, state_dir: &Path) -> Result<(Pki,
         key: tls_dir.join("tls.key"),
         allowlists: vec![list_dir.to_owned()],
         policy: Policy::default(),
+        bound: None,
     };
     let mut config = loopback_config();
     config.reload_interval = Duration::from_millis(100);
@@ -856,6 +858,7 @@ async fn a_new_pod_with_a_broken_allowlist_waits_unready() {
         key: dir.join("tls.key"),
         allowlists: vec![list_dir],
         policy: Policy::default(),
+        bound: None,
     };
     let config = loopback_config();
     let error = server::start(config, inputs)

@@ -126,16 +126,6 @@ pub struct Writes {
     pub owner: Option<Value>,
 }
 
-/// The kind named `name`: its kind name or its resource name, any case
-/// (`Pod`, `pods`, `servingruntime`).
-pub fn kind_named(name: &str) -> Option<&'static Kind> {
-    let lower = name.to_ascii_lowercase();
-    KINDS.iter().find(|k| {
-        let kind = k.name.to_ascii_lowercase();
-        lower == kind || lower == format!("{kind}s")
-    })
-}
-
 /// Objects per page: ConfigMaps and Templates may be up to 1 MiB each, so
 /// their pages are small to keep a page's memory bounded.
 fn page_size(kind: &Kind) -> u32 {
@@ -738,17 +728,6 @@ impl Lister<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kinds_are_named_as_kubectl_names_them() {
-        assert_eq!(kind_named("pods").map(|k| k.name), Some("Pod"));
-        assert_eq!(
-            kind_named("ServingRuntime").map(|k| k.name),
-            Some("ServingRuntime")
-        );
-        assert_eq!(kind_named("configmap").map(|k| k.name), Some("ConfigMap"));
-        assert!(kind_named("secrets").is_none());
-    }
 
     #[test]
     fn big_objects_come_in_small_pages() {

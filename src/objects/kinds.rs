@@ -26,7 +26,7 @@ pub enum Layout {
 }
 
 /// One kind digest-gate reads.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Kind {
     /// The kind's name, which is also its metrics label.
     pub name: &'static str,
@@ -168,6 +168,38 @@ pub fn find(group: &str, kind: &str) -> Option<&'static Kind> {
     KINDS.iter().find(|k| k.name == kind && k.groups.contains(&group))
 }
 
+/// The kind a setting names (`--kind-mode`, `--kinds`, the chart's
+/// `kindModes`): its kind name or its plural resource name, in any case
+/// (`ServingRuntime`, `servingruntimes`, `PODS`).
+pub fn named(name: &str) -> Result<&'static Kind, UnknownKind> {
+    let name = name.trim();
+    KINDS
+        .iter()
+        .find(|k| name.eq_ignore_ascii_case(k.name) || name.eq_ignore_ascii_case(&k.plural()))
+        .ok_or_else(|| UnknownKind(name.to_owned()))
+}
+
+/// A setting named a kind digest-gate does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a kind digest-gate reads; it reads {known} (a kind or its plural resource name, any case)", known = known())]
+pub struct UnknownKind(pub String);
+
+/// The kinds digest-gate reads, comma-separated, for messages.
+pub fn known() -> String {
+    KINDS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+}
+
+// === impl Kind ===
+
+impl Kind {
+    /// Its plural resource name, as kubectl and RBAC spell it: every kind
+    /// digest-gate reads takes a plain `s` (`servingruntimes`,
+    /// `llminferenceserviceconfigs`).
+    pub fn plural(&self) -> String {
+        format!("{}s", self.name.to_ascii_lowercase())
+    }
+}
+
 /// Whether a document embedded in a ConfigMap is a runtime, by its kind
 /// alone: the dashboard's templates do not always say the group.
 pub fn is_runtime(kind: &str) -> bool {
@@ -210,5 +242,50 @@ mod tests {
         assert!(is_runtime("ClusterServingRuntime") && !is_runtime("InferenceService"));
         assert_eq!(kind_label("ConfigMap"), "ConfigMap");
         assert_eq!(kind_label("Secret"), "other");
+    }
+
+    /// The chart's schema refuses a `kindModes` key before `helm install`
+    /// gets to the binary: it must name exactly the kinds of this table.
+    #[test]
+    fn the_charts_schema_names_every_kind_and_no_other() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../charts/digest-gate/values.schema.json")).unwrap();
+        let pattern = schema["properties"]["kindModes"]["propertyNames"]["pattern"]
+            .as_str()
+            .unwrap();
+        let alternatives = pattern
+            .strip_prefix("^(?i:")
+            .and_then(|p| p.strip_suffix(")$"))
+            .unwrap();
+        let mut named: Vec<&str> = alternatives.split('|').collect();
+        let mut table: Vec<String> = KINDS
+            .iter()
+            .flat_map(|k| [k.name.to_ascii_lowercase(), k.plural()])
+            .collect();
+        named.sort_unstable();
+        table.sort_unstable();
+        assert_eq!(named, table);
+    }
+
+    #[test]
+    fn settings_name_a_kind_or_its_resource_in_any_case() {
+        for name in [
+            "ServingRuntime",
+            "servingruntime",
+            "ServingRuntimes",
+            "servingruntimes",
+            " SERVINGRUNTIMES ",
+        ] {
+            assert_eq!(named(name).map(|k| k.name), Ok("ServingRuntime"), "{name}");
+        }
+        assert_eq!(named("pods").map(|k| k.name), Ok("Pod"));
+        assert_eq!(named("Bogus"), Err(UnknownKind("Bogus".into())));
+        // A resource of another kind, and kubectl's short names, are not kinds.
+        assert!(named("secrets").is_err() && named("isvc").is_err() && named("").is_err());
+        let message = UnknownKind("Bogus".into()).to_string();
+        assert!(
+            message.starts_with("'Bogus' is not a kind digest-gate reads; it reads Pod, ServingRuntime,"),
+            "{message}"
+        );
     }
 }

@@ -76,7 +76,7 @@ pub struct Config {
 }
 
 /// What `serve` is started with besides its flags.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Inputs {
     /// The serving certificate (chain) and its key, PEM; re-read when they
     /// change.
@@ -85,6 +85,35 @@ pub struct Inputs {
     /// Allowlist files and directories; re-read when they change.
     pub allowlists: Vec<PathBuf>,
     pub policy: Policy,
+    /// The two ports, when they were bound before the start (`serve --dev`
+    /// binds before it writes its files, so a start that cannot listen
+    /// changes no file a running server uses); `None`: the start binds
+    /// `--listen` and `--admin-listen`.
+    pub bound: Option<Bound>,
+}
+
+/// The webhook and admin sockets, bound.
+#[derive(Debug)]
+pub struct Bound {
+    pub webhook: std::net::TcpListener,
+    pub admin: std::net::TcpListener,
+}
+
+// === impl Bound ===
+
+impl Bound {
+    /// Binds both addresses, or says which could not be.
+    pub fn bind(webhook: SocketAddr, admin: SocketAddr) -> Result<Self, super::ServerError> {
+        let bind = |addr: SocketAddr| {
+            std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| super::ServerError::Bind { addr, source })
+        };
+        Ok(Self {
+            webhook: bind(webhook)?,
+            admin: bind(admin)?,
+        })
+    }
 }
 
 impl Default for Config {

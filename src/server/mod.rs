@@ -41,7 +41,7 @@ use rustls::crypto::CryptoProvider;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Background, Config, Inputs};
+pub use config::{Background, Bound, Config, Inputs};
 pub use http::{admin_router, webhook_router};
 pub use listen::serve_tls;
 pub use state::{Readiness, State};
@@ -223,8 +223,10 @@ pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerErro
     state.published = published.clone();
     let state = Arc::new(state);
 
-    let (webhook, webhook_addr) = bind(config.listen).await?;
-    let (admin, admin_addr) = bind(config.admin_listen).await?;
+    let ((webhook, webhook_addr), (admin, admin_addr)) = match inputs.bound {
+        Some(bound) => (adopt(bound.webhook)?, adopt(bound.admin)?),
+        None => (bind(config.listen).await?, bind(config.admin_listen).await?),
+    };
     announce(&state, webhook_addr, admin_addr);
 
     let stop = CancellationToken::new();
@@ -313,6 +315,17 @@ fn serving_key(
 async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), ServerError> {
     listen::bind(addr)
         .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// A socket bound before the start, served by tokio.
+fn adopt(listener: std::net::TcpListener) -> Result<(tokio::net::TcpListener, SocketAddr), ServerError> {
+    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
+    tokio::net::TcpListener::from_std(listener)
+        .map(|l| (l, addr))
         .map_err(|source| ServerError::Bind { addr, source })
 }
 

@@ -28,7 +28,7 @@ use super::kept::LastGood;
 use super::state::{Readiness, WAITING_FOR_ALLOWLIST, WAITING_FOR_CSVS};
 use crate::allowlist::{self, Allowlist, Input, LoadErrors, Loaded, OpenFile, Source};
 use crate::metrics::{ReloadMetrics, Reloaded};
-use crate::policy::{Policy, Unlisted};
+use crate::policy::{Policy, PromotesNothing};
 
 /// Why an allowlist is not put in force.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,8 +38,8 @@ pub enum SupplyError {
     #[error("{0}")]
     Load(#[from] LoadErrors),
     /// It loads, and would deny every image.
-    #[error("the allowlist promotes no repository, so every image would be denied")]
-    Empty,
+    #[error(transparent)]
+    Empty(#[from] PromotesNothing),
 }
 
 impl SupplyError {
@@ -47,7 +47,7 @@ impl SupplyError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::Load(_) => "load",
-            Self::Empty => "empty",
+            Self::Empty(_) => "empty",
         }
     }
 }
@@ -56,9 +56,7 @@ impl SupplyError {
 /// almost always a ConfigMap emptied by mistake. In audit mode nothing is
 /// denied, so starting from an empty list (to watch the warnings) is fine.
 pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), SupplyError> {
-    if loaded.allowlist.repository_count() == 0 && policy.unlisted == Unlisted::Deny && policy.can_deny() {
-        return Err(SupplyError::Empty);
-    }
+    policy.judges_by(&loaded.allowlist)?;
     Ok(())
 }
 
@@ -440,7 +438,7 @@ mod tests {
         );
         assert!(matches!(
             load(&files, None, &other, false),
-            Err(SupplyError::Empty)
+            Err(SupplyError::Empty(_))
         ));
     }
 
@@ -582,7 +580,7 @@ mod tests {
             kept,
         };
         let error = Supply::start(sources(None), metrics.reloads.clone(), Arc::default()).err();
-        assert_eq!(error, Some(SupplyError::Empty));
+        assert_eq!(error, Some(SupplyError::Empty(PromotesNothing)));
         // With --state-dir and nothing kept: unready, not an error.
         let ready = Arc::new(Readiness::default());
         let kept = Some(LastGood::in_dir(&dir));

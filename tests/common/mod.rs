@@ -297,6 +297,7 @@ pub async fn start_server(
         key,
         allowlists: vec![root().join("examples/allowlist.yaml")],
         policy: digest_gate::policy::Policy::default(),
+        bound: None,
     };
     let mut config = loopback_config();
     tune(&mut config);
