@@ -15,7 +15,7 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 
-unit:
+unit: tools
 	$(CARGO) test --all-targets --locked
 	$(CARGO) test --doc --locked
 
@@ -27,8 +27,11 @@ $(VENV)/.installed: tests/chart/requirements.txt
 	touch $@
 
 # openssl: the certificate tests verify chains with it and certs/ uses it.
+# curl: the server's tests send early errors with it over HTTP/1.1 and
+# HTTP/2, as people try the webhook.
 tools:
 	@command -v openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq openssl; }
+	@command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
 
 # promtool runs the chart's alerting rules (tests/chart/test_alerts.py). Only
 # the binary is taken out of Debian's prometheus package: installing the

@@ -50,7 +50,49 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-async fn method_not_allowed(Extract(state): Extract<Arc<State>>) -> Response {
+/// How much of a refused request's body an early answer waits for, as a
+/// multiple of `--max-body-bytes`.
+const SETTLE_FACTOR: usize = 2;
+
+/// Over HTTP/2 an answer sent while the request's body is still arriving
+/// ends with the stream reset, and clients (curl among them) then drop the
+/// answer with it; HTTP/1.1 needs nothing (the connection closes after the
+/// answer, and a client waiting on `Expect: 100-continue` never sends the
+/// body). So an early error over HTTP/2 first reads the rest of the body
+/// and discards it: at most twice `--max-body-bytes`, within
+/// `--request-timeout`. Past either it is sent at once.
+async fn settle(state: &State, request: Request) {
+    if request.version() != axum::http::Version::HTTP_2 {
+        return;
+    }
+    let limit = state.max_body_bytes.saturating_mul(SETTLE_FACTOR);
+    if declared_length(&request).is_some_and(|n| n > limit as u64) {
+        return;
+    }
+    let mut body = request.into_body();
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > limit {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(state.request_timeout, drain).await;
+}
+
+/// The Content-Length a request declares.
+fn declared_length(request: &Request) -> Option<u64> {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+async fn method_not_allowed(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
+    settle(&state, request).await;
     state.metrics.admission.bad_request("method");
     let mut r = error(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -61,7 +103,8 @@ async fn method_not_allowed(Extract(state): Extract<Arc<State>>) -> Response {
     r
 }
 
-async fn not_found(Extract(state): Extract<Arc<State>>) -> Response {
+async fn not_found(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
+    settle(&state, request).await;
     state.metrics.admission.bad_request("path");
     error(
         StatusCode::NOT_FOUND,
@@ -175,19 +218,16 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
 /// The body of a review request: JSON, within the size limit, sent in time.
 async fn review_body(state: &State, request: Request) -> Result<Bytes, Response> {
     if !is_json(&request) {
+        settle(state, request).await;
         state.metrics.admission.bad_request("content_type");
         return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "send Content-Type: application/json",
         ));
     }
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > state.max_body_bytes as u64) {
-        // Refused before reading a byte of it.
+    if declared_length(&request).is_some_and(|n| n > state.max_body_bytes as u64) {
+        // Refused before judging a byte of it.
+        settle(state, request).await;
         return Err(too_large(state));
     }
     read_body(state, request.into_body()).await
