@@ -31,6 +31,43 @@ pub struct YamlError {
     pub message: String,
 }
 
+// === impl YamlError ===
+
+impl YamlError {
+    /// The scanner's error, placed on the character at fault in the
+    /// original text. Some of saphyr's errors carry the mark where the
+    /// token began instead: a tab met in a plain scalar's continuation is
+    /// reported at the scalar's first character, lines before the tab.
+    fn scanned(text: &str, error: &ScanError, shifts: &tolerant::Shifts) -> Self {
+        let m = error.marker();
+        let (mut index, mut line, mut col) = (m.index(), m.line(), m.col());
+        if error.info().contains("found a tab") {
+            if let Some(tab) = next_tab(text, index, line, col) {
+                (index, line, col) = tab;
+            }
+        }
+        let (_, col) = shifts.original(index, line, col);
+        Self {
+            line,
+            column: col + 1,
+            message: error.info().to_owned(),
+        }
+    }
+}
+
+/// The first tab at or after the character `index` (at `line`, `col`):
+/// its character index, 1-based line and 0-based column.
+fn next_tab(text: &str, index: usize, mut line: usize, mut col: usize) -> Option<(usize, usize, usize)> {
+    for (i, c) in text.chars().enumerate().skip(index) {
+        match c {
+            '\t' => return Some((i, line, col)),
+            '\n' => (line, col) = (line + 1, 0),
+            _ => col += 1,
+        }
+    }
+    None
+}
+
 /// Where a node stands in the source text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Node {
@@ -190,11 +227,8 @@ impl Iterator for Documents<'_> {
                         continue;
                     }
                     self.done = true;
-                    return Some(Err(YamlError {
-                        line: e.marker().line(),
-                        column: e.marker().col() + 1,
-                        message: e.info().to_owned(),
-                    }));
+                    let text = self.current.as_deref().unwrap_or(self.original);
+                    return Some(Err(YamlError::scanned(text, &e, &self.builder.shifts)));
                 }
             };
             if self.skip > 0 {
@@ -925,6 +959,31 @@ pub fn apply_edits(text: &str, mut edits: Vec<Edit>) -> Result<String, EditError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41: a tab indenting a line under a plain scalar was reported
+    /// at the scalar's first character, on the line before.
+    #[test]
+    fn a_tab_error_points_at_the_tab() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n\timage: i\n";
+        let error = documents(text)
+            .find_map(Result::err)
+            .expect("a tab as indentation is refused");
+        assert_eq!((error.line, error.column), (8, 1), "{error}");
+        // Past an under-indented quoted value read leniently: the column
+        // is the original text's, not the patched one's.
+        let text = "a:\n  - b: 'x\n  y'\n    c: d\n\te: f\n";
+        let error = documents(text).find_map(Result::err).expect("refused");
+        assert_eq!(error.line, 5, "{error}");
+        assert_eq!(
+            text.lines()
+                .nth(error.line - 1)
+                .unwrap()
+                .chars()
+                .nth(error.column - 1),
+            Some('\t'),
+            "{error}"
+        );
+    }
     use serde_json::json;
 
     #[test]
