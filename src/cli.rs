@@ -32,20 +32,28 @@ pub struct Cli {
 pub enum Command {
     /// Serve the admission webhook: POST /mutate and /validate over TLS,
     /// /healthz, /readyz and /metrics on the admin port.
+    ///
+    /// Exit codes: 0 stopped by SIGTERM or SIGINT, after draining; 1 it
+    /// could not start (certificate, allowlist, ports), or a second signal
+    /// cut the drain short; 2 unusable flags.
     Serve(Box<ServeArgs>),
     /// Check manifests offline, as the webhook would judge them.
     ///
     /// Exit codes: 0 everything complies; 1 something is denied or needs a
     /// rewrite (with --fix: something is still denied after fixing); 2
-    /// unusable input or flags.
+    /// unusable input or flags, an allowlist that promotes nothing where it
+    /// would deny every listed image, or nothing judged: no object found, or
+    /// none of a kind digest-gate reads while something was skipped.
     Check(Box<CheckArgs>),
     /// Judge what is already in a cluster, as the webhook would judge it
     /// written now. Reads with your credentials, and writes nothing but
     /// what --policy-reports and --events ask for.
     ///
     /// Exit codes: 0 everything read complies; 1 something would be
-    /// rewritten or denied; 2 unusable flags, kubeconfig or allowlist, the
-    /// cluster unreachable, or a kind it serves could not be read.
+    /// rewritten or denied; 2 unusable flags, kubeconfig or allowlist (one
+    /// that promotes nothing where it would deny every listed image
+    /// included), the cluster unreachable, or a kind it serves could not be
+    /// read.
     Audit(Box<AuditArgs>),
     /// Delete the PolicyReports and Events that `audit` wrote.
     ///
@@ -111,7 +119,8 @@ pub struct PolicyArgs {
     /// What to do with images that are not promoted.
     #[arg(long, env = "DIGEST_GATE_MODE", value_enum, default_value_t = Mode::Rewrite)]
     pub mode: Mode,
-    /// Mode for one kind, e.g. ServingRuntime=enforce (repeatable).
+    /// Mode for one kind, e.g. ServingRuntime=enforce: a kind digest-gate
+    /// reads or its plural resource name, any case (repeatable).
     #[arg(
         long = "kind-mode",
         env = "DIGEST_GATE_KIND_MODE",
@@ -298,7 +307,7 @@ impl VerifyRegistryArgs {
 
 /// How `audit` and `cleanup` reach the cluster: the cluster flags
 /// `serve` shares, their own `--context`, and the name the timeout had
-/// before 0.8.0 (chart; app 0.7.0).
+/// until chart 0.7.1 (app 0.6.1).
 #[derive(Debug, Args)]
 pub struct ConnectionArgs {
     #[command(flatten)]
@@ -350,28 +359,44 @@ pub struct AuditArgs {
     #[arg(
         short = 'n',
         long = "namespace",
+        env = "DIGEST_GATE_NAMESPACE",
         value_delimiter = ',',
         conflicts_with = "all_namespaces"
     )]
     pub namespaces: Vec<String>,
     /// Read every namespace, and the cluster-scoped kinds.
-    #[arg(short = 'A', long)]
+    #[arg(short = 'A', long, env = "DIGEST_GATE_ALL_NAMESPACES")]
     pub all_namespaces: bool,
     /// Only objects matching this label selector, e.g. app=ovms.
-    #[arg(short = 'l', long = "selector", value_name = "SELECTOR")]
+    #[arg(
+        short = 'l',
+        long = "selector",
+        env = "DIGEST_GATE_SELECTOR",
+        value_name = "SELECTOR"
+    )]
     pub selector: Option<String>,
     /// Only namespaces matching this label selector (implies -A), e.g.
     /// modelmesh-enabled=true.
-    #[arg(long, value_name = "SELECTOR", conflicts_with = "namespaces")]
+    #[arg(
+        long,
+        env = "DIGEST_GATE_NAMESPACE_SELECTOR",
+        value_name = "SELECTOR",
+        conflicts_with = "namespaces"
+    )]
     pub namespace_selector: Option<String>,
     /// Only these kinds (comma-separated, e.g. Pod,ServingRuntime); each must
     /// be served and readable. Default: every kind digest-gate reads that
     /// the cluster serves.
-    #[arg(long, value_delimiter = ',', value_name = "KIND")]
+    #[arg(long, env = "DIGEST_GATE_KINDS", value_delimiter = ',', value_name = "KIND")]
     pub kinds: Vec<String>,
     /// Name the namespaces read that carry this label (the chart's break
     /// glass: the webhook does not review them). Empty: do not look.
-    #[arg(long, value_name = "LABEL", default_value = audit::BREAK_GLASS_LABEL)]
+    #[arg(
+        long,
+        env = "DIGEST_GATE_BREAK_GLASS_LABEL",
+        value_name = "LABEL",
+        default_value = audit::BREAK_GLASS_LABEL
+    )]
     pub break_glass_label: String,
     /// Report format.
     #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
@@ -1224,6 +1249,72 @@ mod tests {
     #[test]
     fn the_cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// Every command's flags, with the path of subcommands that leads to
+    /// them.
+    fn every_flag(command: &clap::Command, path: String, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in command.get_arguments() {
+            out.push((path.clone(), arg.clone()));
+        }
+        for sub in command.get_subcommands() {
+            every_flag(sub, format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// Issue 41: "every flag also reads DIGEST_GATE_<FLAG>" was false for
+    /// audit's -n, -A, -l, --kinds and more. Every flag reads the
+    /// variable named after it (or after one of its aliases); positional
+    /// files read their flag's (`-f`'s, `--allowlist`'s).
+    #[test]
+    fn every_flag_reads_its_environment_variable() {
+        let mut flags = Vec::new();
+        every_flag(&Cli::command(), "digest-gate".into(), &mut flags);
+        let mut missing = Vec::new();
+        for (path, arg) in &flags {
+            let Some(long) = arg.get_long() else {
+                assert!(
+                    arg.is_positional() || arg.get_id() == "help",
+                    "{path}: {}",
+                    arg.get_id()
+                );
+                continue;
+            };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let names: Vec<String> = std::iter::once(long)
+                .chain(arg.get_all_aliases().into_iter().flatten())
+                .map(|n| format!("DIGEST_GATE_{}", n.to_ascii_uppercase().replace('-', "_")))
+                .collect();
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            if !env.as_ref().is_some_and(|e| names.contains(e)) {
+                missing.push(format!("{path} --{long}: {env:?}"));
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "flags without their variable:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    /// Issue 41: every command's --help states its exit codes.
+    #[test]
+    fn every_command_states_its_exit_codes() {
+        fn walk(command: &mut clap::Command, path: String, out: &mut Vec<String>) {
+            if command.has_subcommands() {
+                for sub in command.get_subcommands_mut() {
+                    let name = format!("{path} {}", sub.get_name());
+                    walk(sub, name, out);
+                }
+            } else if !command.render_long_help().to_string().contains("Exit codes: 0 ") {
+                out.push(path);
+            }
+        }
+        let mut silent = Vec::new();
+        walk(&mut Cli::command(), "digest-gate".into(), &mut silent);
+        assert!(silent.is_empty(), "no exit codes in --help of: {silent:?}");
     }
 
     #[test]

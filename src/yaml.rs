@@ -41,10 +41,10 @@ impl YamlError {
     fn scanned(text: &str, error: &ScanError, shifts: &tolerant::Shifts) -> Self {
         let m = error.marker();
         let (mut index, mut line, mut col) = (m.index(), m.line(), m.col());
-        if error.info().contains("found a tab") {
-            if let Some(tab) = next_tab(text, index, line, col) {
-                (index, line, col) = tab;
-            }
+        if error.info().contains("found a tab")
+            && let Some(tab) = next_tab(text, index, line, col)
+        {
+            (index, line, col) = tab;
         }
         let (_, col) = shifts.original(index, line, col);
         Self {
