@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from conftest import (CHART, NAMESPACE, RELEASE, FakeApiserver, args, binary, container, find, one, render)
+from conftest import (CHART, NAMESPACE, RELEASE, ROOT, FakeApiserver, args, binary, container, find, one, render)
 
 CERT_MODES = {
     "selfSigned": {},
@@ -74,6 +74,9 @@ def test_pod_disruption_budget_uses_policy_v1_when_the_cluster_has_it():
     ({"replicaCount": 0}, "replicaCount"),
     ({"mode": "strict"}, "mode"),
     ({"kindModes": {"ServingRuntime": "block"}}, "ServingRuntime"),
+    # Issue 41: a key that names no kind digest-gate reads matched nothing.
+    ({"kindModes": {"Bogus": "enforce"}}, "Bogus"),
+    ({"kindModes": {"isvc": "enforce"}}, "isvc"),
     ({"unlisted": "maybe"}, "unlisted"),
     ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
     ({"webhook": {"timeoutSeconds": 60}}, "timeoutSeconds"),
@@ -502,6 +505,17 @@ def test_renders_are_stable_so_upgrades_only_roll_out_on_real_changes():
     assert one(changed, "ConfigMap")["data"] != one(a, "ConfigMap")["data"]
     # A server setting is read at start: it does change the template.
     assert one(render({"mode": "rewrite"}), "Deployment")["spec"]["template"] != one(a, "Deployment")["spec"]["template"]
+
+
+def test_kind_modes_take_a_kind_or_its_resource_name_in_any_case_and_the_binary_agrees():
+    values = {"kindModes": {"ServingRuntime": "enforce", "inferenceservices": "audit", "CONFIGMAP": "rewrite"}}
+    argv = args(render(values))
+    modes = [a for a in argv if a.startswith("--kind-mode=")]
+    assert len(modes) == 3, argv
+    # The binary reads what the schema lets through (check parses the same flag).
+    r = subprocess.run([str(binary()), "check", "--allowlist", str(ROOT / "examples" / "allowlist.yaml"),
+                        "-f", str(ROOT / "examples" / "manifests"), *modes], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
 
 
 def test_server_settings_map_to_flags_the_binary_has():

@@ -170,6 +170,23 @@ def test_narrowing_to_compliant_objects_exits_0(stale):
     assert "3 objects checked: 3 allowed" in r.stdout
 
 
+def test_an_allowlist_that_promotes_nothing_gets_checks_answer(stale, tmp_path):
+    # Issue 41: one answer, in check's words, on a real cluster: refused
+    # where it would deny every listed image, a warning in audit mode.
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# emptied by mistake\n")
+    refused = "error: the allowlist promotes no repository, so every image would be denied"
+    r = against(stale.kubeconfig, "audit", "--allowlist", str(empty), "-n", MODELS)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert refused in r.stderr and r.stdout == "", r.stderr
+    check = subprocess.run([str(binary()), "check", "--allowlist", str(empty), "-f", str(INCIDENT_CM)],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 2 and refused in check.stderr, check.stderr
+    r = against(stale.kubeconfig, "audit", "--allowlist", str(empty), "-n", MODELS, "--mode", "audit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning: the allowlist promotes no repository: every image is reported" in r.stderr
+
+
 # --- what the audit cannot read is exit 2, and says why ---------------------
 
 def kubeconfig_with(cluster: ControlPlane, path: pathlib.Path, *, server: str | None = None,
