@@ -1495,18 +1495,7 @@ fn an_admission_review_is_judged_as_the_webhook_judges_its_object() {
     update["request"]["operation"] = "UPDATE".into();
     update["request"]["oldObject"] = update["request"]["object"].clone();
     update["request"]["object"]["metadata"]["labels"] = serde_json::json!({"team": "models"});
-    let run = digest_gate(
-        &[
-            "check",
-            "--allowlist",
-            &example_allowlist(),
-            "-f",
-            "-",
-            "-o",
-            "json",
-        ],
-        Some(&update.to_string()),
-    );
+    let run = check_json_from_stdin(&update.to_string());
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
         run.stdout
