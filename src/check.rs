@@ -456,8 +456,7 @@ fn str_of(value: &Value) -> &str {
 /// DELETE, no object) is not an object to check, and says why.
 fn review(value: &Value) -> Content<'_> {
     let request = &value["request"];
-    let text = str_of;
-    let operation = text(&request["operation"]);
+    let operation = str_of(&request["operation"]);
     let object = match (operation, request.get("object")) {
         ("CREATE" | "UPDATE", Some(object @ Value::Object(_))) => object,
         ("CREATE" | "UPDATE", _) => {
@@ -472,7 +471,7 @@ fn review(value: &Value) -> Content<'_> {
             ));
         }
     };
-    let kind = text(&request["kind"]["kind"]);
+    let kind = str_of(&request["kind"]["kind"]);
     let (group, kind) = match kind {
         // A review written by hand may leave request.kind out: the
         // object's own kind stands for it.
@@ -480,7 +479,7 @@ fn review(value: &Value) -> Content<'_> {
             let subject = judge::Subject::of(object, None);
             (subject.group, subject.kind)
         }
-        kind => (text(&request["kind"]["group"]), kind),
+        kind => (str_of(&request["kind"]["group"]), kind),
     };
     let old = (operation == "UPDATE")
         .then(|| request.get("oldObject"))

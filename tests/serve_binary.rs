@@ -340,3 +340,41 @@ async fn a_dev_start_that_cannot_listen_changes_no_file_of_the_running_one() {
     let (code, _) = wait_exit(&mut first.child, Duration::from_secs(15));
     assert_eq!(code, 0);
 }
+
+/// Issue 41: `serve --dev` listened on 0.0.0.0. The webhook address left
+/// to its default is loopback (the log line names it); an admin address
+/// given stands as given.
+#[test]
+fn dev_mode_listens_on_loopback_by_default() {
+    let dir = scratch("dev-loopback");
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_digest-gate"))
+        .args(["serve", "--dev", "--dev-dir"])
+        .arg(&dir)
+        .args(["--admin-listen", &admin.to_string(), "--log-format", "json"])
+        .env_remove("DIGEST_GATE_ALLOWLIST")
+        .env_remove("DIGEST_GATE_LISTEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(admin).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let (_, stderr) = wait_exit(&mut child, Duration::from_secs(1));
+            panic!("serve --dev exited ({status}): {stderr}");
+        }
+        assert!(Instant::now() < deadline, "serve --dev did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, "-TERM");
+    let (code, stderr) = wait_exit(&mut child, Duration::from_secs(15));
+    assert_eq!(code, 0, "{stderr}");
+    let serving: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["message"] == "digest-gate serving")
+        .unwrap_or_else(|| panic!("no start-up line in {stderr}"));
+    assert_eq!(serving["webhook"], "127.0.0.1:8443", "{serving}");
+    assert_eq!(serving["admin"], admin.to_string(), "{serving}");
+}
