@@ -637,7 +637,27 @@ fn missing_allowlist() -> ! {
         .exit()
 }
 
+/// A `--log-level` filter's bare words must be levels: tracing reads a
+/// bare `verbose` as a module named so, logged at every level, and the
+/// server would log nothing of its own at all.
+fn check_levels(filter: &str) -> Result<(), String> {
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[']);
+        if bare
+            && directive
+                .parse::<tracing_subscriber::filter::LevelFilter>()
+                .is_err()
+        {
+            return Err(format!(
+                "--log-level '{filter}': '{directive}' is not a level (trace, debug, info, warn, error, off); name a module with its level, e.g. digest_gate=debug"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
+    check_levels(filter)?;
     // kube's watcher warns of each failure it retries in Rust debug form; the
     // CSV watch logs the same failure worded for people. Asked for by name,
     // its lines are kept.
@@ -1339,6 +1359,25 @@ mod tests {
             (config.listen, config.admin_listen),
             (defaults.listen, defaults.admin_listen)
         );
+    }
+
+    #[test]
+    fn log_levels_are_levels_or_modules_with_theirs() {
+        for good in [
+            "info",
+            "DEBUG",
+            "info,digest_gate=debug",
+            "warn,kube_runtime=error",
+            "off",
+        ] {
+            assert_eq!(check_levels(good), Ok(()), "{good}");
+        }
+        let error = check_levels("verbose").unwrap_err();
+        assert!(
+            error.contains("'verbose' is not a level (trace, debug, info, warn, error, off)"),
+            "{error}"
+        );
+        assert!(check_levels("info,digest_gate").is_err());
     }
 
     #[test]

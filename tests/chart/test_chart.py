@@ -78,6 +78,8 @@ def test_pod_disruption_budget_uses_policy_v1_when_the_cluster_has_it():
     ({"kindModes": {"Bogus": "enforce"}}, "Bogus"),
     ({"kindModes": {"isvc": "enforce"}}, "isvc"),
     ({"unlisted": "maybe"}, "unlisted"),
+    # The binary refuses a bare word that is not a level: the pod would not start.
+    ({"logLevel": "verbose"}, "logLevel"),
     ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
     ({"webhook": {"timeoutSeconds": 60}}, "timeoutSeconds"),
     ({"image": {"digest": "sha256:abc"}}, "digest"),
