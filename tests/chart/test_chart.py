@@ -617,7 +617,7 @@ def test_audit_may_list_every_kind_the_binary_reads():
     run = subprocess.run([str(binary()), "audit", "--allowlist", "examples/allowlist.yaml", "--kinds", "none"],
                          cwd=CHART.parents[1], capture_output=True, text=True, timeout=30)
     assert run.returncode == 2
-    kinds = run.stderr.split("it reads ", 1)[1].strip().split(", ")
+    kinds = run.stderr.split("it reads ", 1)[1].split(" (", 1)[0].strip().split(", ")
     assert "LLMInferenceService" in kinds
     listed = {resource for (_, resource), verbs in rules(render({"audit": {"enabled": True}}), "ClusterRole").items()
               if "list" in verbs}
