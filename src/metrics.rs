@@ -304,6 +304,7 @@ pub struct ReloadMetrics {
     allowlist_digests: Gauge,
     allowlist_stale: Gauge,
     certificate_expiry: Gauge,
+    csv_watch_down_since: Gauge<f64, AtomicU64>,
 }
 
 /// What reloads, as the `source` label names it.
@@ -355,6 +356,12 @@ impl ReloadMetrics {
                 "Unix time the serving certificate chain in force stops being valid (the earliest notAfter in it); 0 when that cannot be read",
                 Gauge::default(),
             ),
+            csv_watch_down_since: add(
+                r,
+                "installed_csvs_watch_down_since_timestamp_seconds",
+                "Unix time the watch of the installed CSVs (--allowlist-csv) first failed since it last worked, while the CSVs read last stay in force; 0 while it works, or is not used",
+                Gauge::default(),
+            ),
         }
     }
 
@@ -387,6 +394,15 @@ impl ReloadMetrics {
     /// Whether the allowlist in force is an older one than the mounted.
     pub fn allowlist_stale(&self, stale: bool) {
         self.allowlist_stale.set(i64::from(stale));
+    }
+
+    /// Records that the installed-CSV watch has been down since `since`
+    /// (`None`: it works).
+    pub fn csv_watch_down(&self, since: Option<std::time::SystemTime>) {
+        let seconds = since
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.csv_watch_down_since.set(seconds);
     }
 
     /// Records when the certificate chain now in force expires (`None`:

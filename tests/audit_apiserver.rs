@@ -440,7 +440,7 @@ async fn the_csv_watch_relists_after_410_gone() {
             while installed_sets.len() < 2 {
                 match tokio::time::timeout(Duration::from_secs(20), rx.recv()).await {
                     Ok(Some(Followed::Installed(sources))) => installed_sets.push(sources),
-                    Ok(Some(Followed::Failed(_))) => {}
+                    Ok(Some(Followed::Failed(_) | Followed::Back)) => {}
                     other => panic!("no second set of CSVs: {:?}", other.is_ok()),
                 }
             }

@@ -34,14 +34,17 @@ impl ClusterArgs {
             kubeconfig: self.kubeconfig.clone(),
             context,
             timeout: Some(self.cluster_timeout.unwrap_or(CLUSTER_TIMEOUT)),
+            own_retries: false,
         }
     }
 
     /// The settings for a watch, which waits minutes for an event: kube's
-    /// read timeout (longer than the watch's own) applies, not a request's.
+    /// read timeout (longer than the watch's own) applies, not a request's;
+    /// and the watch retries on its own schedule (see [`Settings::own_retries`]).
     pub fn watch_settings(&self, context: Option<String>) -> Settings {
         Settings {
             timeout: None,
+            own_retries: true,
             ..self.settings(context)
         }
     }
@@ -57,6 +60,11 @@ pub struct Settings {
     pub context: Option<String>,
     /// Bounds connecting and each response.
     pub timeout: Option<Duration>,
+    /// The caller retries failed requests with its own backoff, so kube's
+    /// retry of 429 and 503 answers is off: it honours a `Retry-After`, and
+    /// an apiserver still starting answers 503 with `Retry-After: 10`,
+    /// seconds during which the installed CSVs stay stale.
+    pub own_retries: bool,
 }
 
 /// A client and what error messages name it by.
@@ -82,6 +90,7 @@ impl Connection {
             config.read_timeout = Some(t);
             config.write_timeout = Some(t);
         }
+        config.default_retry = !settings.own_retries;
         let server = config.cluster_url.to_string();
         let server = server.trim_end_matches('/').to_owned();
         let namespace = config.default_namespace.clone();

@@ -14,10 +14,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::{ApiResource, NamespaceResourceScope, Resource};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -211,6 +212,64 @@ pub enum Followed {
     /// A list or watch failed. The watch retries with backoff; what was
     /// installed before stays as it was.
     Failed(String),
+    /// After failures, every namespace's watch works again (each listed
+    /// anew, or reporting changes).
+    Back,
+}
+
+/// The CSV watch's backoff. One list and one watch per named namespace, a
+/// few kilobytes each, is cheap enough to retry every few seconds, and
+/// every second it is down an operator upgrade may be judged by the
+/// previous release's promotions. kube's default (client-go's: 0.8 s
+/// doubling to 30 s, a jitter that may double each wait) left them in
+/// force up to a minute after an apiserver restart. This one waits 0.5 s,
+/// doubling to 4 s, each wait spread by up to a quarter either way so
+/// that replicas do not retry in step; the stream resets it on any event.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: std::time::Duration,
+    /// xorshift state for the spread: no randomness crate for this.
+    state: u64,
+}
+
+impl WatchBackoff {
+    /// The first wait.
+    pub const FIRST: std::time::Duration = std::time::Duration::from_millis(500);
+    /// The longest wait, before the spread.
+    pub const MOST: std::time::Duration = std::time::Duration::from_secs(4);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        Self {
+            next: Self::FIRST,
+            state: u64::from(nanos) | 1,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<std::time::Duration> {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        // A factor in [0.75, 1.25).
+        let spread = 0.75 + (self.state % 1000) as f64 / 2000.0;
+        let wait = self.next.mul_f64(spread);
+        self.next = (self.next * 2).min(Self::MOST);
+        Some(wait)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
 }
 
 /// Follows the CSVs `specs` name, with one watch per namespace, until the
@@ -221,19 +280,21 @@ pub async fn follow(connection: &Connection, specs: &[Csvs], mut tell: impl FnMu
     use watcher::Event;
     let watches = specs.iter().enumerate().map(|(i, spec)| {
         let api: Api<InstalledCsv> = Api::namespaced(connection.client.clone(), &spec.namespace);
-        let config = watcher::Config::default().labels(NOT_COPIED).page_size(PAGE);
-        watcher(api, config)
-            .default_backoff()
-            .map(move |e| (i, e))
-            .boxed()
+        relisting(api).map(move |e| (i, e)).boxed()
     });
     let mut events = futures::stream::select_all(watches);
     // Per spec: the set in force (None until its first complete list), and
     // the list being read (a watch that lost its place lists again).
     let mut listed: Vec<Option<BTreeMap<String, Source>>> = vec![None; specs.len()];
     let mut listing: Vec<BTreeMap<String, Source>> = vec![BTreeMap::new(); specs.len()];
+    // Per spec: failed, and not yet listed or watching again since.
+    let mut failing = vec![false; specs.len()];
     while let Some((i, event)) = events.next().await {
         let spec = &specs[i];
+        let working = matches!(&event, Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)));
+        if working && std::mem::take(&mut failing[i]) && !failing.contains(&true) {
+            tell(Followed::Back);
+        }
         let changed = match event {
             Ok(Event::Init) => {
                 listing[i].clear();
@@ -264,6 +325,7 @@ pub async fn follow(connection: &Connection, specs: &[Csvs], mut tell: impl FnMu
                 .and_then(|set| set.remove(&Source::installed_csv_name(&spec.namespace, csv.name())))
                 .is_some(),
             Err(e) => {
+                failing[i] = true;
                 tell(Followed::Failed(failure(connection, spec, &e)));
                 false
             }
@@ -273,6 +335,51 @@ pub async fn follow(connection: &Connection, specs: &[Csvs], mut tell: impl FnMu
             tell(Followed::Installed(installed.collect()));
         }
     }
+}
+
+/// A namespace's CSVs, listed and then watched; after a failure, listed
+/// anew once [`WatchBackoff`] has waited. kube's watcher would watch again
+/// from the version it saw last, and an apiserver that just restarted
+/// holds such a watch until its cache is ready, then answers `410 Gone`
+/// (seen: 10 s): a list is answered at once, and costs a few kilobytes.
+fn relisting(
+    api: Api<InstalledCsv>,
+) -> BoxStream<'static, Result<watcher::Event<InstalledCsv>, watcher::Error>> {
+    type Watch = BoxStream<'static, Result<watcher::Event<InstalledCsv>, watcher::Error>>;
+    // The watch (none after a failure) and the wait before the next.
+    let start: (Option<Watch>, WatchBackoff, Option<std::time::Duration>) =
+        (None, WatchBackoff::default(), None);
+    futures::stream::unfold(start, move |(watch, mut backoff, wait)| {
+        let api = api.clone();
+        async move {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            let new = || {
+                let config = watcher::Config::default().labels(NOT_COPIED).page_size(PAGE);
+                watcher(api.clone(), config).boxed()
+            };
+            let mut watch = watch.unwrap_or_else(new);
+            loop {
+                match watch.next().await {
+                    Some(Ok(event)) => {
+                        kube::runtime::utils::Backoff::reset(&mut backoff);
+                        return Some((Ok(event), (Some(watch), backoff, None)));
+                    }
+                    Some(Err(e)) => {
+                        let wait = backoff.next();
+                        return Some((Err(e), (None, backoff, wait)));
+                    }
+                    // kube's watcher does not end; if it did, list again.
+                    None => {
+                        tokio::time::sleep(WatchBackoff::FIRST).await;
+                        watch = new();
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// A watch failure worded as `audit`'s are, with what the cluster lacks
@@ -300,6 +407,20 @@ fn failure(connection: &Connection, spec: &Csvs, e: &watcher::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watch_retries_within_seconds_and_starts_over_after_an_event() {
+        use kube::runtime::utils::Backoff;
+        let mut backoff = WatchBackoff::default();
+        let waits: Vec<f64> = backoff.by_ref().take(8).map(|d| d.as_secs_f64()).collect();
+        // 0.5, 1, 2, then 4 s at most, each spread by a quarter either way.
+        for (wait, base) in waits.iter().zip([0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0]) {
+            assert!(*wait >= base * 0.75 && *wait < base * 1.25, "{waits:?}");
+        }
+        assert!(waits.iter().sum::<f64>() < 30.0, "{waits:?}");
+        backoff.reset();
+        assert!(backoff.next().unwrap() < WatchBackoff::FIRST * 2);
+    }
 
     #[test]
     fn specs_parse_and_print_back() {

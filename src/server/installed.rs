@@ -89,6 +89,8 @@ async fn watch(
     };
     let named: Vec<String> = specs.iter().map(Csvs::to_string).collect();
     tracing::info!(server = %connection.server, csvs = %named.join(","), "watching the installed ClusterServiceVersions");
+    // Since when the watch has been failing, if it is.
+    let mut down: Option<std::time::SystemTime> = None;
     let tell = |followed| match followed {
         Followed::Installed(sources) => {
             let names: Vec<&str> = sources
@@ -101,11 +103,24 @@ async fn watch(
         }
         Followed::Failed(error) => {
             metrics.reload(Reloaded::InstalledCsvs, false);
+            let since = *down.get_or_insert_with(std::time::SystemTime::now);
+            metrics.csv_watch_down(Some(since));
+            let down_since = humantime::format_rfc3339_seconds(since).to_string();
             if installed.generation() == 0 {
-                tracing::warn!(%error, "installed ClusterServiceVersions: cannot read them; retrying, not ready until they are read");
+                tracing::warn!(%error, %down_since, "installed ClusterServiceVersions: cannot read them; retrying, not ready until they are read");
             } else {
-                tracing::warn!(%error, "installed ClusterServiceVersions: the watch failed; retrying, the CSVs read last stay in force");
+                tracing::warn!(%error, %down_since, "installed ClusterServiceVersions: the watch failed; retrying, the CSVs read last stay in force");
             }
+        }
+        Followed::Back => {
+            if let Some(since) = down.take() {
+                let down_seconds = since.elapsed().map_or(0.0, |d| d.as_secs_f64());
+                tracing::info!(
+                    down_seconds,
+                    "installed ClusterServiceVersions: the watch works again, every namespace listed anew"
+                );
+            }
+            metrics.csv_watch_down(None);
         }
     };
     tokio::select! {

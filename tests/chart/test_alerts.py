@@ -269,6 +269,7 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
     promoted = {state: s("digest_gate_promoted_images", state=state)
                 for state in ("ok", "missing", "not-runnable", "platform-missing", "unverifiable")}
     setup = s("digest_gate_registry_verification_errors_total", reason="setup")
+    csvs_down = s("digest_gate_installed_csvs_watch_down_since_timestamp_seconds")
     buckets = [(n, labels) for n, labels, _ in samples if n == "digest_gate_admission_duration_seconds_bucket"
                and labels["endpoint"] == "validate"]
     assert {"1.0", "2.5", "+Inf"} <= {b[1]["le"] for b in buckets}, "the latency buckets cannot tell 1 s"
@@ -291,6 +292,11 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
         case("DigestGateAllowlistNotUpdated", "1500m", [(loaded, "0x1500")], [{"severity": "warning", **per_pod}]),
         case("DigestGateAllowlistEmpty", "20m", [(repos, "0x30")], [{"severity": "info", **per_pod}]),
         case("DigestGateAllowlistEmpty", "20m", [(repos, "6x30")], []),
+        # Down since promtool's minute 1: 14 minutes at 15m, 4 at 5m; 0 is working.
+        case("DigestGateInstalledCsvsWatchDown", "15m", [(csvs_down, "0 60x20")],
+             [{"severity": "warning", **per_pod}]),
+        case("DigestGateInstalledCsvsWatchDown", "5m", [(csvs_down, "0 60x20")], []),
+        case("DigestGateInstalledCsvsWatchDown", "15m", [(csvs_down, "0x20")], []),
         case("DigestGateCertificateReloadFailed", "5m", [(cert_failed, "0 0 1 1 1 1")],
              [{"severity": "warning", **per_pod}]),
         case("DigestGateCertificateReloadFailed", "25m", [(cert_failed, "1x30")], []),

@@ -165,6 +165,19 @@ class ControlPlane:
         for p in self.processes:
             p.check_alive()
 
+    def stop_apiserver(self):
+        """Stops kube-apiserver, as a control-plane upgrade or a node reboot
+        does; `start_apiserver` starts it again on the same port."""
+        (old,) = [p for p in self.processes if p.name == "kube-apiserver"]
+        old.stop()
+        self.processes.remove(old)
+
+    def start_apiserver(self) -> float:
+        """Starts kube-apiserver again; returns `time.monotonic()` when it
+        answers /readyz."""
+        self._apiserver()
+        return time.monotonic()
+
     def _pki(self):
         # The serving certificate names localhost and 127.0.0.1 (and the
         # in-cluster kubernetes.default.svc names).
