@@ -37,7 +37,8 @@ label_values!(
     Eviction,
     Reloaded,
     State,
-    Trouble
+    Trouble,
+    LeaseTrouble
 );
 
 /// Labels of a judged admission request.
@@ -81,6 +82,26 @@ struct AuditLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {
     reason: Eviction,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    reason: LeaseTrouble,
+}
+
+/// Why the background audit could not use its Lease: the `reason` label
+/// of `digest_gate_audit_lease_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
+pub enum LeaseTrouble {
+    /// The apiserver did not answer.
+    Unreachable,
+    /// RBAC refused (403) or the credentials were refused (401).
+    Forbidden,
+    /// The Lease does not exist (the chart creates it).
+    Missing,
+    /// Anything else the apiserver or the election said.
+    Other,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -513,6 +534,7 @@ pub struct AuditMetrics {
     audit_duration: Histogram,
     audit_errors: Counter,
     audit_leader: Gauge,
+    lease_errors: Family<LeaseLabels, Counter>,
 }
 
 impl AuditMetrics {
@@ -556,7 +578,26 @@ impl AuditMetrics {
                 "1 while this replica holds the audit lease (and so audits), else 0",
                 Gauge::default(),
             ),
+            lease_errors: add(
+                r,
+                "audit_lease_errors",
+                "Attempts to join the background audit's election that failed, by reason (unreachable, forbidden, missing, other); retried with backoff",
+                {
+                    // Every reason present from the start, so a rate over it is
+                    // defined before the first error.
+                    let family = Family::<LeaseLabels, Counter>::default();
+                    for &reason in <LeaseTrouble as strum::VariantArray>::VARIANTS {
+                        let _ = family.get_or_create(&LeaseLabels { reason });
+                    }
+                    family
+                },
+            ),
         }
+    }
+
+    /// An attempt to join the election failed.
+    pub fn lease_failed(&self, reason: LeaseTrouble) {
+        self.lease_errors.get_or_create(&LeaseLabels { reason }).inc();
     }
 
     /// A background audit finished: `findings` per (kind, verdict), every

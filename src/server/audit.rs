@@ -21,7 +21,7 @@ use super::config::Background;
 use super::tasks;
 use crate::allowlist::Allowlist;
 use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
-use crate::metrics::AuditMetrics;
+use crate::metrics::{AuditMetrics, LeaseTrouble};
 use crate::output::Writer;
 use crate::policy::{Policy, Verdict};
 
@@ -78,13 +78,9 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
     let (_always, always) = watch::channel(true);
     let (leader, lease) = match &flags.lease {
         None => (always, None),
-        Some(name) => match elect(&connection, name).await {
-            Ok((leader, task)) => (leader, Some(task)),
-            Err(e) => {
-                metrics.failed();
-                tracing::error!(error = %e, lease = %name, "background audit: cannot use its Lease; not auditing");
-                return;
-            }
+        Some(name) => match join(&connection, name, &metrics, &stop).await {
+            Some((leader, task)) => (leader, Some(task)),
+            None => return,
         },
     };
     tracing::info!(
@@ -126,6 +122,60 @@ pub struct LeaseError {
     name: String,
     #[source]
     source: kube_lease_manager::LeaseManagerError,
+}
+
+/// The first wait before joining the election again, and the longest: a
+/// replica that cannot use its Lease does not audit, so it keeps trying,
+/// but a Lease missing or forbidden is not fixed in seconds.
+const LEASE_RETRY_FIRST: Duration = Duration::from_secs(1);
+const LEASE_RETRY_MOST: Duration = Duration::from_secs(30);
+
+/// Joins the election, retrying with backoff until it can (or `stop`):
+/// an apiserver away when the pod starts, or a Lease not there yet, must
+/// not leave a replica that never audits. Each failure is logged and
+/// counted by reason.
+async fn join(
+    connection: &Connection,
+    name: &str,
+    metrics: &AuditMetrics,
+    stop: &CancellationToken,
+) -> Option<(watch::Receiver<bool>, LeaseTask)> {
+    let mut wait = LEASE_RETRY_FIRST;
+    loop {
+        match elect(connection, name).await {
+            Ok(joined) => return Some(joined),
+            Err(e) => {
+                let reason = e.reason();
+                metrics.lease_failed(reason);
+                tracing::error!(error = %e, lease = %name, reason = <&str>::from(reason), retry_in = ?wait,
+                    "background audit: cannot use its Lease; not auditing until it can");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = stop.cancelled() => return None,
+        }
+        wait = (wait * 2).min(LEASE_RETRY_MOST);
+    }
+}
+
+// === impl LeaseError ===
+
+impl LeaseError {
+    /// Why, as the metric's `reason` label says it.
+    fn reason(&self) -> LeaseTrouble {
+        use kube_lease_manager::LeaseManagerError as E;
+        match &self.source {
+            E::NonexistentLease(_) => LeaseTrouble::Missing,
+            E::KubeError(kube::Error::Api(status)) => match status.code {
+                401 | 403 => LeaseTrouble::Forbidden,
+                404 => LeaseTrouble::Missing,
+                _ => LeaseTrouble::Other,
+            },
+            E::KubeError(kube::Error::HyperError(_) | kube::Error::Service(_)) => LeaseTrouble::Unreachable,
+            _ => LeaseTrouble::Other,
+        }
+    }
 }
 
 /// Joins the election for Lease `name` (`ns/name` or `name` in the

@@ -270,6 +270,7 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
                 for state in ("ok", "missing", "not-runnable", "platform-missing", "unverifiable")}
     setup = s("digest_gate_registry_verification_errors_total", reason="setup")
     csvs_down = s("digest_gate_installed_csvs_watch_down_since_timestamp_seconds")
+    lease_missing = s("digest_gate_audit_lease_errors_total", reason="missing")
     buckets = [(n, labels) for n, labels, _ in samples if n == "digest_gate_admission_duration_seconds_bucket"
                and labels["endpoint"] == "validate"]
     assert {"1.0", "2.5", "+Inf"} <= {b[1]["le"] for b in buckets}, "the latency buckets cannot tell 1 s"
@@ -329,6 +330,10 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
         case("DigestGateRegistryVerificationCannotStart", "5m", [(setup, "0 0 1 1 1 1")],
              [{"severity": "warning", **per_pod}]),
         case("DigestGateRegistryVerificationCannotStart", "40m", [(setup, "1x45")], []),
+        # A failure every 30 s for the whole window, then none.
+        case("DigestGateAuditLeaseUnusable", "30m", [(lease_missing, "0+2x40")], [{"severity": "warning", **per_pod}]),
+        case("DigestGateAuditLeaseUnusable", "10m", [(lease_missing, "0+2x40")], []),
+        case("DigestGateAuditLeaseUnusable", "30m", [(lease_missing, "3x40")], []),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "1x90")], [{"severity": "warning", "namespace": ns}]),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "0x90")], []),
     ]

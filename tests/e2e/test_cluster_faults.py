@@ -1,7 +1,8 @@
 """What clusters do to `serve`'s cluster-facing work (issue 42), on a
 control plane of the test's own, so that its restarts leave the session's
 cluster alone: the installed-CSV watch back within seconds of an apiserver
-restart, saying while it is down since when."""
+restart, saying while it is down since when; the background audit that
+waits for its Lease, however long, and then audits."""
 
 from __future__ import annotations
 
@@ -95,5 +96,41 @@ def test_the_csv_watch_is_back_within_seconds_of_an_apiserver_restart(faulty, tm
         failed = [e for e in log if "the watch failed" in e.get("message", "")]
         assert failed and all("down_since" in e for e in failed), log[-10:]
         assert any("the watch works again" in e.get("message", "") for e in log), log[-10:]
+    finally:
+        serve.stop()
+
+
+def serve_against(cluster: ControlPlane, tmp_path, *args: str) -> tuple[Process, int]:
+    """`digest-gate serve --dev` against `cluster`, and its admin port."""
+    port, admin = free_port(), free_port()
+    serve = Process("digest-gate", [
+        str(binary()), "serve", "--dev", "--dev-dir", str(tmp_path / "dev"), "--kubeconfig", str(cluster.kubeconfig),
+        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json", *args],
+        tmp_path / "serve.log")
+    return serve, admin
+
+
+def test_the_background_audit_waits_for_its_lease_and_then_audits(faulty, tmp_path):
+    """The apiserver away when the pod starts, then back without the Lease
+    (not created yet), then the Lease: the replica that could not use it
+    kept trying, said why each time, and audits once it can. Before, it
+    logged once and never audited until restarted."""
+    lease = "default/digest-gate-audit"
+    errors = "digest_gate_audit_lease_errors_total{reason=\"%s\"}"
+    faulty.stop_apiserver()
+    try:
+        serve, admin = serve_against(faulty, tmp_path, "--audit-interval", "1h", "--audit-lease", lease)
+        wait_until("a Lease error: unreachable", lambda: metric(admin, errors % "unreachable") >= 1, 30)
+    finally:
+        faulty.start_apiserver()
+    try:
+        wait_until("a Lease error: missing", lambda: metric(admin, errors % "missing") >= 1, 60)
+        assert metric(admin, "digest_gate_audit_leader") == 0
+        faulty.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": "digest-gate-audit", "namespace": "default"}})
+        wait_until("the audit's leader", lambda: metric(admin, "digest_gate_audit_leader") == 1, 60)
+        wait_until("an audit run", lambda: metric(admin, "digest_gate_audit_duration_seconds_count") >= 1, 60)
+        log = (tmp_path / "serve.log").read_text()
+        assert "cannot use its Lease; not auditing until it can" in log
     finally:
         serve.stop()
