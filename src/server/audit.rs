@@ -10,25 +10,20 @@
 //! no findings, so a sum over replicas counts each object once.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::config::Background;
+use super::election::Election;
 use super::tasks;
 use crate::allowlist::Allowlist;
 use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
-use crate::metrics::{AuditMetrics, LeaseTrouble};
+use crate::metrics::AuditMetrics;
 use crate::output::Writer;
 use crate::policy::{Policy, Verdict};
-
-/// Seconds a Lease holds without renewal, and how long before expiry the
-/// holder renews it (the values kube-controller-manager uses, 15 s / 10 s).
-const LEASE_SECONDS: u64 = 15;
-const LEASE_GRACE_SECONDS: u64 = 5;
 
 /// What the background audit reads and judges with.
 pub struct Inputs {
@@ -76,12 +71,12 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
     // Without a Lease nothing elects: this replica always audits, and the
     // sender is kept so the channel never closes.
     let (_always, always) = watch::channel(true);
-    let (leader, lease) = match &flags.lease {
+    let (leader, election) = match &flags.lease {
         None => (always, None),
-        Some(name) => match join(&connection, name, &metrics, &stop).await {
-            Some((leader, task)) => (leader, Some(task)),
-            None => return,
-        },
+        Some(name) => {
+            let election = Election::start(&settings, name, metrics.clone(), stop.clone());
+            (election.leader.clone(), Some(election))
+        }
     };
     tracing::info!(
         interval = ?flags.interval,
@@ -104,108 +99,9 @@ async fn run(inputs: Inputs, stop: CancellationToken) {
     // Takes the leader channel: when it returns, the channel is closed.
     auditor.follow(allowlists, leader, &stop).await;
     metrics.leader(false);
-    // The lease task releases the Lease when its channel closes, so the
-    // next replica need not wait for it to expire.
-    if let Some(task) = lease {
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    if let Some(election) = election {
+        election.finish().await;
     }
-}
-
-type LeaseTask =
-    tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>;
-
-/// Why the background audit cannot take part in its election.
-#[derive(Debug, thiserror::Error)]
-#[error("Lease {namespace}/{name}: {source}")]
-pub struct LeaseError {
-    namespace: String,
-    name: String,
-    #[source]
-    source: kube_lease_manager::LeaseManagerError,
-}
-
-/// The first wait before joining the election again, and the longest: a
-/// replica that cannot use its Lease does not audit, so it keeps trying,
-/// but a Lease missing or forbidden is not fixed in seconds.
-const LEASE_RETRY_FIRST: Duration = Duration::from_secs(1);
-const LEASE_RETRY_MOST: Duration = Duration::from_secs(30);
-
-/// Joins the election, retrying with backoff until it can (or `stop`):
-/// an apiserver away when the pod starts, or a Lease not there yet, must
-/// not leave a replica that never audits. Each failure is logged and
-/// counted by reason.
-async fn join(
-    connection: &Connection,
-    name: &str,
-    metrics: &AuditMetrics,
-    stop: &CancellationToken,
-) -> Option<(watch::Receiver<bool>, LeaseTask)> {
-    let mut wait = LEASE_RETRY_FIRST;
-    loop {
-        match elect(connection, name).await {
-            Ok(joined) => return Some(joined),
-            Err(e) => {
-                let reason = e.reason();
-                metrics.lease_failed(reason);
-                tracing::error!(error = %e, lease = %name, reason = <&str>::from(reason), retry_in = ?wait,
-                    "background audit: cannot use its Lease; not auditing until it can");
-            }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = stop.cancelled() => return None,
-        }
-        wait = (wait * 2).min(LEASE_RETRY_MOST);
-    }
-}
-
-// === impl LeaseError ===
-
-impl LeaseError {
-    /// Why, as the metric's `reason` label says it.
-    fn reason(&self) -> LeaseTrouble {
-        use kube_lease_manager::LeaseManagerError as E;
-        match &self.source {
-            E::NonexistentLease(_) => LeaseTrouble::Missing,
-            E::KubeError(kube::Error::Api(status)) => match status.code {
-                401 | 403 => LeaseTrouble::Forbidden,
-                404 => LeaseTrouble::Missing,
-                _ => LeaseTrouble::Other,
-            },
-            E::KubeError(kube::Error::HyperError(_) | kube::Error::Service(_)) => LeaseTrouble::Unreachable,
-            _ => LeaseTrouble::Other,
-        }
-    }
-}
-
-/// Joins the election for Lease `name` (`ns/name` or `name` in the
-/// connection's namespace; the chart creates it, so it must exist).
-async fn elect(
-    connection: &Connection,
-    name: &str,
-) -> Result<(watch::Receiver<bool>, LeaseTask), LeaseError> {
-    let (namespace, name) = match name.split_once('/') {
-        Some((ns, n)) => (ns.to_owned(), n.to_owned()),
-        None => (connection.namespace.clone(), name.to_owned()),
-    };
-    // The pod's name: what `kubectl get lease` shows as the holder.
-    let identity = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| format!("digest-gate-{}", std::process::id()));
-    let manager = LeaseManagerBuilder::new(connection.client.clone(), &name)
-        .with_namespace(&namespace)
-        .with_create_mode(LeaseCreateMode::UseExistent)
-        .with_identity(identity)
-        .with_duration(LEASE_SECONDS)
-        .with_grace(LEASE_GRACE_SECONDS)
-        .build()
-        .await
-        .map_err(|source| LeaseError {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            source,
-        })?;
-    Ok(manager.watch().await)
 }
 
 /// The owner reference of ClusterRole `name`, or `None` (logged, counted,
@@ -251,8 +147,15 @@ impl Auditor<'_> {
                 }
                 // A snapshot: a reload during the run wakes the next one.
                 let allowlist = allowlists.borrow_and_update().clone();
+                // A run, and what it writes, needs the Lease to the end:
+                // one that loses it stops where it is.
+                let mut lost = leader.clone();
                 tokio::select! {
                     () = self.audit(&allowlist) => {}
+                    _ = lost.wait_for(|leading| !leading) => {
+                        tracing::warn!("background audit: the Lease was lost during a run; stopped it");
+                        continue;
+                    }
                     () = stop.cancelled() => return,
                 }
             }

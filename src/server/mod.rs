@@ -19,6 +19,7 @@
 pub mod alloc;
 pub mod audit;
 pub mod config;
+mod election;
 mod fingerprint;
 pub mod gate;
 pub mod http;

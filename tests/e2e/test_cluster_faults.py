@@ -6,8 +6,12 @@ waits for its Lease, however long, and then audits."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
+import socket
+import threading
 import time
 
 import pytest
@@ -36,11 +40,15 @@ def faulty(tmp_path_factory) -> ControlPlane:
         cp.stop()
 
 
-def metric(admin: int, name: str) -> float:
+def scrape(admin: int) -> str:
     conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=5)
     conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    (value,) = [line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")]
+    return conn.getresponse().read().decode()
+
+
+def metric(admin: int, name: str) -> float:
+    """The value of the series `name` (labels included, as exposed)."""
+    (value,) = [line.split()[-1] for line in scrape(admin).splitlines() if line.startswith(name + " ")]
     return float(value)
 
 
@@ -134,3 +142,149 @@ def test_the_background_audit_waits_for_its_lease_and_then_audits(faulty, tmp_pa
         assert "cannot use its Lease; not auditing until it can" in log
     finally:
         serve.stop()
+
+
+class Partition:
+    """A TCP relay on loopback between one replica and the apiserver, which
+    `cut()` turns into a black hole (what a network partition is to the
+    replica: its requests hang until their timeouts) and `heal()` mends."""
+
+    def __init__(self, upstream: int):
+        self.upstream = upstream
+        self.cut_off = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut_off.is_set():
+                threading.Thread(target=self._swallow, args=(client,), daemon=True).start()
+                continue
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._relay, args=(a, b), daemon=True).start()
+
+    def _relay(self, source: socket.socket, sink: socket.socket):
+        try:
+            while data := source.recv(65536):
+                if not self.cut_off.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    def _swallow(self, client: socket.socket):
+        with contextlib.suppress(OSError):
+            while client.recv(65536) and not self.closed:
+                pass
+
+    def cut(self):
+        self.cut_off.set()
+
+    def heal(self):
+        self.cut_off.clear()
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+
+
+def kubeconfig_through(cluster: ControlPlane, port: int, path) -> str:
+    config = json.loads(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def replica(cluster: ControlPlane, tmp_path, name: str, lease: str, kubeconfig: str | None = None) -> tuple[Process, int]:
+    """A `serve` replica of the background audit, named `name` (its Lease identity)."""
+    port, admin = free_port(), free_port()
+    state = tmp_path / name
+    state.mkdir()
+    serve = Process(name, [
+        str(binary()), "serve", "--dev", "--dev-dir", str(state / "dev"),
+        "--kubeconfig", kubeconfig or str(cluster.kubeconfig),
+        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json",
+        "--audit-interval", "1h", "--audit-lease", lease], state / "serve.log", env={**os.environ, "POD_NAME": name})
+    return serve, admin
+
+
+def leading(admin: int) -> bool:
+    return metric(admin, "digest_gate_audit_leader") == 1
+
+
+def lease_for(cluster: ControlPlane, name: str) -> str:
+    cluster.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": name, "namespace": "default"}})
+    return f"default/{name}"
+
+
+def test_a_released_lease_is_taken_at_once(faulty, tmp_path):
+    """A leader stopped gracefully releases the Lease, and the other replica
+    takes it within about a second, not the Lease's 15 s: it watches the
+    Lease instead of sleeping until the expiry it last read."""
+    lease = lease_for(faulty, "handover")
+    first, first_admin = replica(faulty, tmp_path, "replica-a", lease)
+    second = None
+    try:
+        wait_until("the first replica leads", lambda: leading(first_admin), 60)
+        second, second_admin = replica(faulty, tmp_path, "replica-b", lease)
+        wait_until("the second replica follows", lambda: metric(second_admin, "digest_gate_audit_leader") == 0, 60)
+        time.sleep(2)
+        stopped = time.monotonic()
+        assert first.stop() == 0
+        wait_until("the second replica leads", lambda: leading(second_admin), 15, interval=0.1)
+        took = time.monotonic() - stopped
+        print(f"\nthe Lease was taken {took:.1f} s after its holder stopped")
+        assert took < 15, f"{took:.1f} s: no faster than the Lease expiring"
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+
+
+def test_a_leader_cut_off_from_the_apiserver_steps_down(faulty, tmp_path):
+    """Only the leader loses the apiserver: it says it no longer leads (and
+    shows no findings) by the time its Lease expires, the other replica
+    takes over, and when the network returns the first does not audit
+    while the other holds the Lease."""
+    lease = lease_for(faulty, "partition")
+    partition = Partition(faulty.port)
+    cut_off, cut_admin = replica(faulty, tmp_path, "replica-cut", lease,
+                                 kubeconfig_through(faulty, partition.port, tmp_path / "through.kubeconfig"))
+    other = None
+    try:
+        wait_until("the replica behind the partition leads", lambda: leading(cut_admin), 60)
+        wait_until("its first audit", lambda: metric(cut_admin, "digest_gate_audit_duration_seconds_count") >= 1, 60)
+        other, other_admin = replica(faulty, tmp_path, "replica-other", lease)
+        wait_until("the other replica follows", lambda: metric(other_admin, "digest_gate_audit_leader") == 0, 60)
+        partition.cut()
+        cut = time.monotonic()
+        # Its Lease expires 15 s after its last renewal, at most 15 s from now.
+        wait_until("the cut-off leader steps down", lambda: not leading(cut_admin), 16, interval=0.1)
+        stepped = time.monotonic() - cut
+        assert not any(line.startswith("digest_gate_audit_findings{") for line in scrape(cut_admin).splitlines())
+        wait_until("the other replica takes over", lambda: leading(other_admin), 30, interval=0.1)
+        took = time.monotonic() - cut
+        # Never two leaders: it stepped down before the other took over.
+        assert stepped < took, (stepped, took)
+        runs = metric(cut_admin, "digest_gate_audit_duration_seconds_count")
+        partition.heal()
+        time.sleep(8)
+        assert not leading(cut_admin) and leading(other_admin)
+        assert metric(cut_admin, "digest_gate_audit_duration_seconds_count") == runs, "it audited without the Lease"
+        print(f"\ncut off: stepped down after {stepped:.1f} s, the other led after {took:.1f} s")
+    finally:
+        cut_off.stop()
+        if other:
+            other.stop()
+        partition.close()
