@@ -31,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "tests"))
 from cluster import ControlPlane, Process, binaries, wait_until  # noqa: E402 (needs the path above)
-from harness import PERMISSIVE_CRDS, load_yaml  # noqa: E402
+from harness import load_yaml, serve_csvs  # noqa: E402
 from support import binary, free_port  # noqa: E402
 
 CSVS = ROOT / "tests" / "data" / "allowlists"
@@ -88,10 +88,7 @@ def main() -> int:
         cluster = ControlPlane(pathlib.Path(state) / "control-plane", binaries())
         try:
             cluster.start()
-            (crd,) = [c for c in PERMISSIVE_CRDS if c["spec"]["group"] == "operators.coreos.com"]
-            cluster.apply(crd)
-            cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
-            cluster.namespace(OPERATORS)
+            serve_csvs(cluster, OPERATORS)
             results = {}
             for name, program in programs:
                 times = []

@@ -224,7 +224,7 @@ pub enum Followed {
 /// doubling to 30 s, a jitter that may double each wait) left them in
 /// force up to a minute after an apiserver restart. This one waits 0.5 s,
 /// doubling to 4 s, each wait spread by up to a quarter either way so
-/// that replicas do not retry in step; the stream resets it on any event.
+/// that replicas do not retry in step; any event resets it.
 #[derive(Debug, Clone)]
 pub struct WatchBackoff {
     next: std::time::Duration,

@@ -91,6 +91,15 @@ PERMISSIVE_CRDS = [
 ]
 
 
+def serve_csvs(cluster, namespace: str):
+    """OLM's CSV kind (the permissive CRD) served by a control plane of a
+    test's or a benchmark's own, and the operator namespace `namespace`."""
+    (crd,) = [c for c in PERMISSIVE_CRDS if c["spec"]["group"] == "operators.coreos.com"]
+    cluster.apply(crd)
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
+    cluster.namespace(namespace)
+
+
 def deep_merge(base: dict, extra: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in extra.items():

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from cluster import ROOT, ControlPlane, Process, binaries, wait_until
-from harness import PERMISSIVE_CRDS, load_yaml
+from harness import load_yaml, serve_csvs
 from support import binary, free_port
 
 CSVS = ROOT / "tests" / "data" / "allowlists"
@@ -31,10 +31,7 @@ def faulty(tmp_path_factory) -> ControlPlane:
     cp = ControlPlane(tmp_path_factory.mktemp("faults"), binaries())
     try:
         cp.start()
-        (crd,) = [c for c in PERMISSIVE_CRDS if c["spec"]["group"] == "operators.coreos.com"]
-        cp.apply(crd)
-        cp.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
-        cp.namespace(OPERATORS)
+        serve_csvs(cp, OPERATORS)
         yield cp
     finally:
         cp.stop()
@@ -231,25 +228,35 @@ def lease_for(cluster: ControlPlane, name: str) -> str:
 def test_a_released_lease_is_taken_at_once(faulty, tmp_path):
     """A leader stopped gracefully releases the Lease, and the other replica
     takes it within about a second, not the Lease's 15 s: it watches the
-    Lease instead of sleeping until the expiry it last read."""
+    Lease instead of sleeping until the expiry it last read. A leader
+    killed is replaced once its Lease expires."""
     lease = lease_for(faulty, "handover")
     first, first_admin = replica(faulty, tmp_path, "replica-a", lease)
-    second = None
+    started = [first]
     try:
         wait_until("the first replica leads", lambda: leading(first_admin), 60)
         second, second_admin = replica(faulty, tmp_path, "replica-b", lease)
+        started.append(second)
         wait_until("the second replica follows", lambda: metric(second_admin, "digest_gate_audit_leader") == 0, 60)
         time.sleep(2)
         stopped = time.monotonic()
         assert first.stop() == 0
         wait_until("the second replica leads", lambda: leading(second_admin), 15, interval=0.1)
         took = time.monotonic() - stopped
-        print(f"\nthe Lease was taken {took:.1f} s after its holder stopped")
         assert took < 15, f"{took:.1f} s: no faster than the Lease expiring"
+        # A holder killed releases nothing: the Lease must expire (15 s
+        # after its last renewal), and then a follower takes it.
+        third, third_admin = replica(faulty, tmp_path, "replica-c", lease)
+        started.append(third)
+        wait_until("a third replica follows", lambda: metric(third_admin, "digest_gate_audit_leader") == 0, 60)
+        second.proc.kill()
+        killed = time.monotonic()
+        wait_until("the third replica leads", lambda: leading(third_admin), 25, interval=0.1)
+        after_kill = time.monotonic() - killed
+        print(f"\nthe Lease was taken {took:.1f} s after its holder stopped, {after_kill:.1f} s after it was killed")
     finally:
-        first.stop()
-        if second:
-            second.stop()
+        for replica_process in started:
+            replica_process.stop()
 
 
 def test_a_leader_cut_off_from_the_apiserver_steps_down(faulty, tmp_path):
