@@ -235,14 +235,24 @@ async fn take_part(
     wait: &mut Duration,
 ) -> Ended {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", place.name));
+    // A release is a holder seen, then none: the Lease as first listed (or
+    // listed again after an error) only sets what was seen, so a free
+    // Lease does not rebuild the manager over and over while it takes it.
     let mut released = watcher(leases.clone(), config)
         .default_backoff()
         .applied_objects()
-        .filter_map(|lease| async move {
-            let lease = lease.ok()?;
-            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
-            holder.is_none_or(str::is_empty).then_some(())
+        .scan(None::<bool>, |held, lease| {
+            let released = match lease {
+                Ok(lease) => {
+                    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+                    let now = !holder.is_none_or(str::is_empty);
+                    held.replace(now) == Some(true) && !now
+                }
+                Err(_) => false,
+            };
+            std::future::ready(Some(released))
         })
+        .filter_map(|released| std::future::ready(released.then_some(())))
         .boxed();
     loop {
         tokio::select! {
