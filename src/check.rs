@@ -452,23 +452,28 @@ fn str_of(value: &Value) -> &str {
 }
 
 /// The object an `admission.k8s.io` AdmissionReview carries, at
-/// `/request/object`; a review with nothing the webhook would judge (a
-/// DELETE, no object) is not an object to check, and says why.
+/// `/request/object`, read by the webhook's own rule ([`judge::asked`]):
+/// a review the webhook would allow unjudged (a DELETE, an object being
+/// finalized), or could not answer, is not an object to check, and says
+/// why.
 fn review(value: &Value) -> Content<'_> {
     let request = &value["request"];
     let operation = str_of(&request["operation"]);
-    let object = match (operation, request.get("object")) {
-        ("CREATE" | "UPDATE", Some(object @ Value::Object(_))) => object,
-        ("CREATE" | "UPDATE", _) => {
+    let (object, old) = match judge::asked(operation, request.get("object"), request.get("oldObject")) {
+        judge::Asked::Judge { object, old } => (object, old),
+        judge::Asked::Unjudged(judge::Unjudged::Operation) => {
             return Content::Other(format!(
-                "an AdmissionReview of a {operation} without request.object"
+                "an AdmissionReview of a {operation}, which the webhook allows without judging"
             ));
         }
-        ("", _) => return Content::Other("an AdmissionReview without request.operation".to_owned()),
-        (other, _) => {
-            return Content::Other(format!(
-                "an AdmissionReview of a {other}, which the webhook allows without judging"
-            ));
+        judge::Asked::Unjudged(judge::Unjudged::Finalizing) => {
+            return Content::Other(
+                "an AdmissionReview of an object being deleted (deletionTimestamp set), which the webhook allows without judging"
+                    .to_owned(),
+            );
+        }
+        judge::Asked::Unanswerable(why) => {
+            return Content::Other(format!("an AdmissionReview the webhook cannot answer: {why}"));
         }
     };
     let kind = str_of(&request["kind"]["kind"]);
@@ -481,9 +486,6 @@ fn review(value: &Value) -> Content<'_> {
         }
         kind => (str_of(&request["kind"]["group"]), kind),
     };
-    let old = (operation == "UPDATE")
-        .then(|| request.get("oldObject"))
-        .flatten();
     Content::Objects(vec![Found {
         object,
         prefix: "/request/object".to_owned(),
@@ -1564,6 +1566,25 @@ mod tests {
         assert_eq!(
             verify_json(original, &[edit(7)], &[]),
             Err("the rewritten values do not line up".into())
+        );
+    }
+
+    /// A review is read by the webhook's own rule: an object being
+    /// finalized is allowed unjudged there, so it is not checked here.
+    #[test]
+    fn a_review_of_an_object_being_finalized_is_not_judged() {
+        let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": "UPDATE", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "object": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "deletionTimestamp": "2026-12-07T00:00:00Z"},
+                    "spec": {"containers": [{"name": "c", "image": format!("{REPO}@{BAD}")}]}}}});
+        let o = run(&review.to_string(), false);
+        assert!(o.report.results.is_empty());
+        assert_eq!(o.report.errors.len(), 1, "{:?}", o.report.errors);
+        assert!(
+            o.report.errors[0].contains("an object being deleted (deletionTimestamp set)"),
+            "{:?}",
+            o.report.errors
         );
     }
 

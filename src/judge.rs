@@ -195,6 +195,61 @@ impl<'a> Subject<'a> {
     }
 }
 
+/// What a review of `operation` asks of the judge. The webhook answers by
+/// it and `check` reads a saved AdmissionReview by it, so the two cannot
+/// judge a review differently.
+#[derive(Debug, PartialEq)]
+pub enum Asked<'a> {
+    /// Judge `object`; on UPDATE with the object before it, so that only
+    /// images new or changed are judged.
+    Judge {
+        object: &'a Value,
+        old: Option<&'a Value>,
+    },
+    /// Allowed without judging.
+    Unjudged(Unjudged),
+    /// Not a review digest-gate can answer: why.
+    Unanswerable(String),
+}
+
+/// Why a review is allowed without judging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unjudged {
+    /// DELETE and CONNECT carry no image to promote.
+    Operation,
+    /// The object is being finalized (`deletionTimestamp` set): removing a
+    /// finalizer must never be blocked by a revoked digest.
+    Finalizing,
+}
+
+/// What a review of `operation` on `object` (and `old`) asks.
+pub fn asked<'a>(operation: &str, object: Option<&'a Value>, old: Option<&'a Value>) -> Asked<'a> {
+    match (operation, object) {
+        ("CREATE" | "UPDATE", Some(Value::Object(o)))
+            if o.get("metadata")
+                .and_then(|m| m.get("deletionTimestamp"))
+                .is_some_and(|t| !t.is_null()) =>
+        {
+            Asked::Unjudged(Unjudged::Finalizing)
+        }
+        ("CREATE" | "UPDATE", Some(object @ Value::Object(_))) => Asked::Judge {
+            object,
+            old: old.filter(|_| operation == "UPDATE"),
+        },
+        ("CREATE" | "UPDATE", Some(other)) => Asked::Unanswerable(format!(
+            "request.object must be a JSON object, found {}",
+            crate::yaml::type_name(other)
+        )),
+        ("CREATE" | "UPDATE", None) => {
+            Asked::Unanswerable(format!("a {operation} review must carry request.object"))
+        }
+        ("DELETE" | "CONNECT", _) => Asked::Unjudged(Unjudged::Operation),
+        (other, _) => Asked::Unanswerable(format!(
+            "operation '{other}' is not one digest-gate knows (CREATE, UPDATE, DELETE, CONNECT)"
+        )),
+    }
+}
+
 /// What it is judged by.
 #[derive(Debug, Clone, Copy)]
 pub struct Rules<'a> {

@@ -349,55 +349,26 @@ impl Response {
 
 fn judge(endpoint: Endpoint, request: &RequestIn, rules: judge::Rules<'_>) -> Answer {
     let object = request.object.as_ref().map(|o| &o.0);
-    let response = match request.operation.as_str() {
-        "CREATE" | "UPDATE" => match object {
-            Some(Value::Object(o))
-                if o.get("metadata")
-                    .and_then(|m| m.get("deletionTimestamp"))
-                    .is_some_and(|t| !t.is_null()) =>
-            {
-                // Finalizing an object must never be blocked by a revoked digest.
-                Response::allow(ObjectVerdict::Allow)
-            }
-            Some(obj @ Value::Object(_)) => {
-                let old = (request.operation == "UPDATE")
-                    .then_some(request.old_object.as_ref().map(|o| &o.0))
-                    .flatten();
-                let subject = judge::Subject {
-                    group: &request.kind.group,
-                    kind: &request.kind.kind,
-                    object: obj,
-                    old,
-                };
-                let j = judge::judge_as(subject, rules);
-                let unpullable = rules
-                    .published
-                    .map(|p| render::unpullable(&j, rules.allowlist, p))
-                    .unwrap_or_default();
-                let mut response = respond(endpoint, request, j, obj);
-                response.warnings.extend(unpullable);
-                response
-            }
-            Some(other) => Response::refuse(
-                400,
-                "BadRequest",
-                format!(
-                    "request.object must be a JSON object, found {}",
-                    crate::yaml::type_name(other)
-                ),
-            ),
-            None => Response::refuse(
-                400,
-                "BadRequest",
-                format!("a {} review must carry request.object", request.operation),
-            ),
-        },
-        "DELETE" | "CONNECT" => Response::allow(ObjectVerdict::Allow),
-        other => Response::refuse(
-            400,
-            "BadRequest",
-            format!("operation '{other}' is not one digest-gate knows (CREATE, UPDATE, DELETE, CONNECT)"),
-        ),
+    let old = request.old_object.as_ref().map(|o| &o.0);
+    let response = match judge::asked(&request.operation, object, old) {
+        judge::Asked::Judge { object, old } => {
+            let subject = judge::Subject {
+                group: &request.kind.group,
+                kind: &request.kind.kind,
+                object,
+                old,
+            };
+            let j = judge::judge_as(subject, rules);
+            let unpullable = rules
+                .published
+                .map(|p| render::unpullable(&j, rules.allowlist, p))
+                .unwrap_or_default();
+            let mut response = respond(endpoint, request, j, object);
+            response.warnings.extend(unpullable);
+            response
+        }
+        judge::Asked::Unjudged(_) => Response::allow(ObjectVerdict::Allow),
+        judge::Asked::Unanswerable(why) => Response::refuse(400, "BadRequest", why),
     };
     encode(request, response)
 }
