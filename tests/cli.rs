@@ -44,10 +44,18 @@ impl Run {
 }
 
 fn digest_gate(args: &[&str], stdin: Option<&str>) -> Run {
+    run_with(args, stdin, &[])
+}
+
+/// `digest-gate` with `stdin` and the environment variables given, and
+/// none of the `DIGEST_GATE_*` ones the tests' own environment may have.
+fn run_with(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_digest-gate"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DIGEST_GATE_")) {
+        cmd.env_remove(key);
+    }
     cmd.args(args)
-        .env_remove("DIGEST_GATE_ALLOWLIST")
-        .env_remove("DIGEST_GATE_MODE")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -1398,21 +1406,6 @@ fn a_truncated_list_reports_what_it_read_and_where_it_broke() {
 
 // === never silently wrong (issue 41) ===
 
-/// `digest-gate` with the environment variables given, and none of the
-/// `DIGEST_GATE_*` ones the tests' own environment may have.
-fn digest_gate_env(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_digest-gate"));
-    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("DIGEST_GATE_")) {
-        cmd.env_remove(key);
-    }
-    let out = cmd.args(args).envs(env.iter().copied()).output().unwrap();
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
-
 #[test]
 fn a_per_kind_mode_takes_a_kind_or_its_resource_name_and_nothing_else() {
     let file = path("examples/manifests/incident-servingruntime.yaml");
@@ -1447,7 +1440,7 @@ fn a_per_kind_mode_takes_a_kind_or_its_resource_name_and_nothing_else() {
         ],
         vec!["serve", "--dev", "--kind-mode", "Bogus=enforce"],
     ] {
-        let run = digest_gate_env(&args, &[]);
+        let run = digest_gate(&args, None);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         assert!(
             run.stderr.contains("'Bogus' is not a kind digest-gate reads; ") && run.stderr.contains(known),
@@ -1456,8 +1449,9 @@ fn a_per_kind_mode_takes_a_kind_or_its_resource_name_and_nothing_else() {
         );
     }
     // The variable is read with the same rule.
-    let run = digest_gate_env(
+    let run = run_with(
         &["check", "--allowlist", &example_allowlist(), "-f", &file],
+        None,
         &[("DIGEST_GATE_KIND_MODE", "Pod=audit,Bogus=enforce")],
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
@@ -1625,7 +1619,7 @@ fn an_allowlist_that_promotes_nothing_has_one_answer() {
     );
     // The commands that take no mode refuse it.
     for command in ["lint", "convert", "verify"] {
-        let run = digest_gate_env(&["allowlist", command, "--allowlist", &empty], &[]);
+        let run = digest_gate(&["allowlist", command, "--allowlist", &empty], None);
         assert_eq!(run.code, 2, "{command}: {}", run.stderr);
         assert!(
             run.stderr.contains(&format!(
@@ -1640,22 +1634,26 @@ fn an_allowlist_that_promotes_nothing_has_one_answer() {
 #[test]
 fn lint_convert_and_verify_take_the_allowlist_one_way_and_strict_names_its_warnings() {
     let csv = path("tests/data/allowlists/rhods-operator.csv.yaml");
-    let positional = digest_gate_env(&["allowlist", "convert", &csv], &[]);
-    let flagged = digest_gate_env(&["allowlist", "convert", "--allowlist", &csv], &[]);
-    let from_env = digest_gate_env(&["allowlist", "convert"], &[("DIGEST_GATE_ALLOWLIST", &csv)]);
+    let positional = digest_gate(&["allowlist", "convert", &csv], None);
+    let flagged = digest_gate(&["allowlist", "convert", "--allowlist", &csv], None);
+    let from_env = run_with(
+        &["allowlist", "convert"],
+        None,
+        &[("DIGEST_GATE_ALLOWLIST", &csv)],
+    );
     assert_eq!(positional.code, 0, "{}", positional.stderr);
     assert_eq!(positional.stdout, flagged.stdout);
     assert_eq!(positional.stdout, from_env.stdout);
-    let lint = digest_gate_env(&["allowlist", "lint", "--allowlist", &csv], &[]);
+    let lint = digest_gate(&["allowlist", "lint", "--allowlist", &csv], None);
     assert_eq!(lint.code, 0, "{}", lint.stderr);
     // --strict fails on a warning, and names it.
     let dir = scratch("strict");
     let list = dir.join("list.txt");
     // Two digests of one repository and nothing to pick the rewrite target.
     std::fs::write(&list, format!("{OVMS}@{PROMOTED}\n{OVMS}@{NEVER_PROMOTED}\n")).unwrap();
-    let run = digest_gate_env(
+    let run = digest_gate(
         &["allowlist", "lint", "--strict", &list.display().to_string()],
-        &[],
+        None,
     );
     assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
     let warning = run
