@@ -20,7 +20,6 @@ Writes target/bench-csv-watch/report.md (and prints it).
 from __future__ import annotations
 
 import argparse
-import http.client
 import pathlib
 import statistics
 import sys
@@ -30,45 +29,32 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "tests"))
-from cluster import ControlPlane, Process, binaries, wait_until  # noqa: E402 (needs the path above)
-from harness import load_yaml, serve_csvs  # noqa: E402
-from support import binary, free_port  # noqa: E402
+from cluster import ControlPlane, admin_metric, binaries, serve_dev, wait_until  # noqa: E402 (needs the path above)
+from harness import install_csv, serve_csvs  # noqa: E402
+from support import binary  # noqa: E402
 
 CSVS = ROOT / "tests" / "data" / "allowlists"
 OPERATORS = "redhat-ods-operator"
 
 
 def digests(admin: int) -> float:
-    conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    (value,) = [line.split()[-1] for line in text.splitlines() if line.startswith("digest_gate_allowlist_digests ")]
-    return float(value)
-
-
-def install(cluster: ControlPlane, file: str):
-    (csv,) = load_yaml(CSVS / file)
-    csv["metadata"]["namespace"] = OPERATORS
-    cluster.apply(csv)
+    return admin_metric(admin, "digest_gate_allowlist_digests")
 
 
 def one_run(cluster: ControlPlane, program: pathlib.Path, down: float, tmp: pathlib.Path) -> float:
     cluster.kubectl("delete", "clusterserviceversions", "--all", "-n", OPERATORS, "--wait=true")
-    install(cluster, "rhods-operator.1.20.1.csv.yaml")
+    install_csv(cluster, OPERATORS, CSVS / "rhods-operator.1.20.1.csv.yaml")
     empty = tmp / "empty.txt"
     empty.write_text("# the installed CSVs promote\n")
-    port, admin = free_port(), free_port()
-    serve = Process("digest-gate", [
-        str(program), "serve", "--dev", "--dev-dir", str(tmp / "dev"), "--allowlist", str(empty),
-        "--allowlist-csv", f"{OPERATORS}/rhods-operator", "--kubeconfig", str(cluster.kubeconfig),
-        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"], tmp / "serve.log")
+    serve, admin = serve_dev(cluster, tmp, "--allowlist", str(empty), "--allowlist-csv", f"{OPERATORS}/rhods-operator",
+                             program=program)
     try:
         wait_until("serve with the old release's CSV", lambda: digests(admin) > 0, 60)
         before = digests(admin)
         cluster.stop_apiserver()
         time.sleep(down)
         back = cluster.start_apiserver()
-        install(cluster, "rhods-operator.csv.yaml")
+        install_csv(cluster, OPERATORS, CSVS / "rhods-operator.csv.yaml")
         wait_until("the new CSV in force", lambda: digests(admin) > before, 300, interval=0.05)
         return time.monotonic() - back
     finally:

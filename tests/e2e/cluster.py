@@ -373,6 +373,49 @@ class ControlPlane:
         return events
 
 
+def admin_get(port: int, path: str) -> tuple[int, str]:
+    """A GET on a digest-gate admin port: the status and the body."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", path)
+    r = c.getresponse()
+    return r.status, r.read().decode()
+
+
+def admin_metric(port: int, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`, as the
+    admin port at `port` exposes them."""
+    status, text = admin_get(port, "/metrics")
+    assert status == 200
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        series, _, value = line.rpartition(" ")
+        metric, _, rest = series.partition("{")
+        if metric != name:
+            continue
+        pairs = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
+        pairs = {k: v.strip('"') for k, v in pairs.items()}
+        if all(pairs.get(k) == v for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def serve_dev(cluster: ControlPlane, state: pathlib.Path, *args: str, name: str = "digest-gate",
+              kubeconfig: str | None = None, program: pathlib.Path | None = None) -> tuple[Process, int]:
+    """`digest-gate serve --dev` (JSON logs, in `state`) against `cluster`, on
+    loopback ports, as the process `name` (also its POD_NAME, the identity
+    of an audit Lease); the process and its admin port."""
+    port, admin = free_port(), free_port()
+    state.mkdir(parents=True, exist_ok=True)
+    serve = Process(name, [
+        str(program or binary()), "serve", "--dev", "--dev-dir", str(state / "dev"),
+        "--kubeconfig", kubeconfig or str(cluster.kubeconfig),
+        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json", *args],
+        state / "serve.log", env={**os.environ, "POD_NAME": name})
+    return serve, admin
+
+
 class WebhookPod:
     """Runs the chart's digest-gate container as a kubelet would, on loopback."""
 
@@ -531,28 +574,11 @@ class WebhookPod:
         return None
 
     def admin(self, path: str) -> tuple[int, str]:
-        c = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=5)
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read().decode()
+        return admin_get(self.admin_port, path)
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a metric's samples whose labels include `labels`."""
-        status, text = self.admin("/metrics")
-        assert status == 200
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            series, _, value = line.rpartition(" ")
-            metric, _, rest = series.partition("{")
-            if metric != name:
-                continue
-            pairs = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
-            pairs = {k: v.strip('"') for k, v in pairs.items()}
-            if all(pairs.get(k) == v for k, v in labels.items()):
-                total += float(value)
-        return total
+        return admin_metric(self.admin_port, name, **labels)
 
     def stop(self) -> int | None:
         if self.process is None:

@@ -100,6 +100,13 @@ def serve_csvs(cluster, namespace: str):
     cluster.namespace(namespace)
 
 
+def install_csv(cluster, namespace: str, path: pathlib.Path):
+    """The ClusterServiceVersion in `path`, installed in `namespace`."""
+    (csv,) = load_yaml(path)
+    csv["metadata"]["namespace"] = namespace
+    cluster.apply(csv)
+
+
 def deep_merge(base: dict, extra: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in extra.items():

@@ -7,18 +7,15 @@ waits for its Lease, however long, and then audits."""
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
-import os
 import socket
 import threading
 import time
 
 import pytest
 
-from cluster import ROOT, ControlPlane, Process, binaries, wait_until
-from harness import load_yaml, serve_csvs
-from support import binary, free_port
+from cluster import ROOT, ControlPlane, admin_get, admin_metric, binaries, serve_dev, wait_until
+from harness import install_csv, serve_csvs
 
 CSVS = ROOT / "tests" / "data" / "allowlists"
 OPERATORS = "redhat-ods-operator"
@@ -37,64 +34,44 @@ def faulty(tmp_path_factory) -> ControlPlane:
         cp.stop()
 
 
-def scrape(admin: int) -> str:
-    conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=5)
-    conn.request("GET", "/metrics")
-    return conn.getresponse().read().decode()
-
-
-def metric(admin: int, name: str) -> float:
-    """The value of the series `name` (labels included, as exposed)."""
-    (value,) = [line.split()[-1] for line in scrape(admin).splitlines() if line.startswith(name + " ")]
-    return float(value)
-
-
 def install(cluster: ControlPlane, file: str):
-    (csv,) = load_yaml(CSVS / file)
-    csv["metadata"]["namespace"] = OPERATORS
-    cluster.apply(csv)
+    install_csv(cluster, OPERATORS, CSVS / file)
 
 
 def test_the_csv_watch_is_back_within_seconds_of_an_apiserver_restart(faulty, tmp_path):
     install(faulty, "rhods-operator.1.20.1.csv.yaml")
-    port, admin = free_port(), free_port()
     # The CSVs alone promote: the count of digests tells which are in force.
     empty = tmp_path / "empty.txt"
     empty.write_text("# the installed CSVs promote\n")
-    serve = Process("digest-gate", [
-        str(binary()), "serve", "--dev", "--dev-dir", str(tmp_path / "dev"), "--allowlist", str(empty),
-        "--allowlist-csv", f"{OPERATORS}/rhods-operator", "--kubeconfig", str(faulty.kubeconfig),
-        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json"],
-        tmp_path / "serve.log")
+    serve, admin = serve_dev(faulty, tmp_path, "--allowlist", str(empty),
+                             "--allowlist-csv", f"{OPERATORS}/rhods-operator")
     try:
         def ready() -> bool:
             serve.check_alive()
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=2)
-                conn.request("GET", "/readyz")
-                return conn.getresponse().status == 200
+                return admin_get(admin, "/readyz")[0] == 200
             except OSError:
                 return False
         wait_until("serve ready with the installed CSVs", ready, 60)
-        before = metric(admin, "digest_gate_allowlist_digests")
+        before = admin_metric(admin, "digest_gate_allowlist_digests")
         down = "digest_gate_installed_csvs_watch_down_since_timestamp_seconds"
-        assert metric(admin, down) == 0
+        assert admin_metric(admin, down) == 0
 
         # Down: the watch fails, and says since when.
         stopped = time.time()
         faulty.stop_apiserver()
-        since = wait_until("the watch said to be down", lambda: metric(admin, down), 10, interval=0.1)
+        since = wait_until("the watch said to be down", lambda: admin_metric(admin, down), 10, interval=0.1)
         assert stopped <= since <= time.time(), (since, stopped)
         time.sleep(3)
         back = faulty.start_apiserver()
         # An upgrade applied once the apiserver is back is in force within
         # seconds: the new release's digests join the allowlist.
         install(faulty, "rhods-operator.csv.yaml")
-        wait_until("the new CSV in force", lambda: metric(admin, "digest_gate_allowlist_digests") > before,
+        wait_until("the new CSV in force", lambda: admin_metric(admin, "digest_gate_allowlist_digests") > before,
                    BACK_WITHIN + 5, interval=0.1)
         took = time.monotonic() - back
         assert took <= BACK_WITHIN, f"in force {took:.1f} s after the apiserver was back"
-        wait_until("the watch said to work again", lambda: metric(admin, down) == 0, 5, interval=0.1)
+        wait_until("the watch said to work again", lambda: admin_metric(admin, down) == 0, 5, interval=0.1)
         print(f"\nthe CSV applied after the restart was in force {took:.1f} s after the apiserver was ready")
         log = [json.loads(line) for line in (tmp_path / "serve.log").read_text().splitlines()
                if line.startswith("{")]
@@ -105,36 +82,25 @@ def test_the_csv_watch_is_back_within_seconds_of_an_apiserver_restart(faulty, tm
         serve.stop()
 
 
-def serve_against(cluster: ControlPlane, tmp_path, *args: str) -> tuple[Process, int]:
-    """`digest-gate serve --dev` against `cluster`, and its admin port."""
-    port, admin = free_port(), free_port()
-    serve = Process("digest-gate", [
-        str(binary()), "serve", "--dev", "--dev-dir", str(tmp_path / "dev"), "--kubeconfig", str(cluster.kubeconfig),
-        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json", *args],
-        tmp_path / "serve.log")
-    return serve, admin
-
-
 def test_the_background_audit_waits_for_its_lease_and_then_audits(faulty, tmp_path):
     """The apiserver away when the pod starts, then back without the Lease
     (not created yet), then the Lease: the replica that could not use it
     kept trying, said why each time, and audits once it can. Before, it
     logged once and never audited until restarted."""
     lease = "default/digest-gate-audit"
-    errors = "digest_gate_audit_lease_errors_total{reason=\"%s\"}"
+    errors = "digest_gate_audit_lease_errors_total"
     faulty.stop_apiserver()
     try:
-        serve, admin = serve_against(faulty, tmp_path, "--audit-interval", "1h", "--audit-lease", lease)
-        wait_until("a Lease error: unreachable", lambda: metric(admin, errors % "unreachable") >= 1, 30)
+        serve, admin = serve_dev(faulty, tmp_path, "--audit-interval", "1h", "--audit-lease", lease)
+        wait_until("a Lease error: unreachable", lambda: admin_metric(admin, errors, reason="unreachable") >= 1, 30)
     finally:
         faulty.start_apiserver()
     try:
-        wait_until("a Lease error: missing", lambda: metric(admin, errors % "missing") >= 1, 60)
-        assert metric(admin, "digest_gate_audit_leader") == 0
-        faulty.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                      "metadata": {"name": "digest-gate-audit", "namespace": "default"}})
-        wait_until("the audit's leader", lambda: metric(admin, "digest_gate_audit_leader") == 1, 60)
-        wait_until("an audit run", lambda: metric(admin, "digest_gate_audit_duration_seconds_count") >= 1, 60)
+        wait_until("a Lease error: missing", lambda: admin_metric(admin, errors, reason="missing") >= 1, 60)
+        assert admin_metric(admin, "digest_gate_audit_leader") == 0
+        lease_for(faulty, "digest-gate-audit")
+        wait_until("the audit's leader", lambda: admin_metric(admin, "digest_gate_audit_leader") == 1, 60)
+        wait_until("an audit run", lambda: admin_metric(admin, "digest_gate_audit_duration_seconds_count") >= 1, 60)
         log = (tmp_path / "serve.log").read_text()
         assert "cannot use its Lease; not auditing until it can" in log
     finally:
@@ -202,21 +168,14 @@ def kubeconfig_through(cluster: ControlPlane, port: int, path) -> str:
     return str(path)
 
 
-def replica(cluster: ControlPlane, tmp_path, name: str, lease: str, kubeconfig: str | None = None) -> tuple[Process, int]:
+def replica(cluster: ControlPlane, tmp_path, name: str, lease: str, kubeconfig: str | None = None):
     """A `serve` replica of the background audit, named `name` (its Lease identity)."""
-    port, admin = free_port(), free_port()
-    state = tmp_path / name
-    state.mkdir()
-    serve = Process(name, [
-        str(binary()), "serve", "--dev", "--dev-dir", str(state / "dev"),
-        "--kubeconfig", kubeconfig or str(cluster.kubeconfig),
-        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json",
-        "--audit-interval", "1h", "--audit-lease", lease], state / "serve.log", env={**os.environ, "POD_NAME": name})
-    return serve, admin
+    return serve_dev(cluster, tmp_path / name, "--audit-interval", "1h", "--audit-lease", lease,
+                     name=name, kubeconfig=kubeconfig)
 
 
 def leading(admin: int) -> bool:
-    return metric(admin, "digest_gate_audit_leader") == 1
+    return admin_metric(admin, "digest_gate_audit_leader") == 1
 
 
 def lease_for(cluster: ControlPlane, name: str) -> str:
@@ -237,7 +196,7 @@ def test_a_released_lease_is_taken_at_once(faulty, tmp_path):
         wait_until("the first replica leads", lambda: leading(first_admin), 60)
         second, second_admin = replica(faulty, tmp_path, "replica-b", lease)
         started.append(second)
-        wait_until("the second replica follows", lambda: metric(second_admin, "digest_gate_audit_leader") == 0, 60)
+        wait_until("the second replica follows", lambda: admin_metric(second_admin, "digest_gate_audit_leader") == 0, 60)
         time.sleep(2)
         stopped = time.monotonic()
         assert first.stop() == 0
@@ -248,7 +207,7 @@ def test_a_released_lease_is_taken_at_once(faulty, tmp_path):
         # after its last renewal), and then a follower takes it.
         third, third_admin = replica(faulty, tmp_path, "replica-c", lease)
         started.append(third)
-        wait_until("a third replica follows", lambda: metric(third_admin, "digest_gate_audit_leader") == 0, 60)
+        wait_until("a third replica follows", lambda: admin_metric(third_admin, "digest_gate_audit_leader") == 0, 60)
         second.proc.kill()
         killed = time.monotonic()
         wait_until("the third replica leads", lambda: leading(third_admin), 25, interval=0.1)
@@ -271,24 +230,25 @@ def test_a_leader_cut_off_from_the_apiserver_steps_down(faulty, tmp_path):
     other = None
     try:
         wait_until("the replica behind the partition leads", lambda: leading(cut_admin), 60)
-        wait_until("its first audit", lambda: metric(cut_admin, "digest_gate_audit_duration_seconds_count") >= 1, 60)
+        wait_until("its first audit", lambda: admin_metric(cut_admin, "digest_gate_audit_duration_seconds_count") >= 1, 60)
         other, other_admin = replica(faulty, tmp_path, "replica-other", lease)
-        wait_until("the other replica follows", lambda: metric(other_admin, "digest_gate_audit_leader") == 0, 60)
+        wait_until("the other replica follows", lambda: admin_metric(other_admin, "digest_gate_audit_leader") == 0, 60)
         partition.cut()
         cut = time.monotonic()
         # Its Lease expires 15 s after its last renewal, at most 15 s from now.
         wait_until("the cut-off leader steps down", lambda: not leading(cut_admin), 16, interval=0.1)
         stepped = time.monotonic() - cut
-        assert not any(line.startswith("digest_gate_audit_findings{") for line in scrape(cut_admin).splitlines())
+        assert not any(line.startswith("digest_gate_audit_findings{")
+                   for line in admin_get(cut_admin, "/metrics")[1].splitlines())
         wait_until("the other replica takes over", lambda: leading(other_admin), 30, interval=0.1)
         took = time.monotonic() - cut
         # Never two leaders: it stepped down before the other took over.
         assert stepped < took, (stepped, took)
-        runs = metric(cut_admin, "digest_gate_audit_duration_seconds_count")
+        runs = admin_metric(cut_admin, "digest_gate_audit_duration_seconds_count")
         partition.heal()
         time.sleep(8)
         assert not leading(cut_admin) and leading(other_admin)
-        assert metric(cut_admin, "digest_gate_audit_duration_seconds_count") == runs, "it audited without the Lease"
+        assert admin_metric(cut_admin, "digest_gate_audit_duration_seconds_count") == runs, "it audited without the Lease"
         print(f"\ncut off: stepped down after {stepped:.1f} s, the other led after {took:.1f} s")
     finally:
         cut_off.stop()
