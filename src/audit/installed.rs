@@ -237,6 +237,11 @@ impl WatchBackoff {
     pub const FIRST: std::time::Duration = std::time::Duration::from_millis(500);
     /// The longest wait, before the spread.
     pub const MOST: std::time::Duration = std::time::Duration::from_secs(4);
+
+    /// Starts over from the first wait: the watch works again.
+    pub fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
 }
 
 impl Default for WatchBackoff {
@@ -263,12 +268,6 @@ impl Iterator for WatchBackoff {
         let wait = self.next.mul_f64(spread);
         self.next = (self.next * 2).min(Self::MOST);
         Some(wait)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
     }
 }
 
@@ -363,7 +362,7 @@ fn relisting(
             loop {
                 match watch.next().await {
                     Some(Ok(event)) => {
-                        kube::runtime::utils::Backoff::reset(&mut backoff);
+                        backoff.reset();
                         return Some((Ok(event), (Some(watch), backoff, None)));
                     }
                     Some(Err(e)) => {
@@ -410,7 +409,6 @@ mod tests {
 
     #[test]
     fn the_watch_retries_within_seconds_and_starts_over_after_an_event() {
-        use kube::runtime::utils::Backoff;
         let mut backoff = WatchBackoff::default();
         let waits: Vec<f64> = backoff.by_ref().take(8).map(|d| d.as_secs_f64()).collect();
         // 0.5, 1, 2, then 4 s at most, each spread by a quarter either way.
