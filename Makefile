@@ -5,9 +5,9 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check bench-dump soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools skopeo container-tools image image-push image-test tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check bench-dump soak fuzz
 
-test: fmt-check clippy unit chart-test registry-test
+test: fmt-check clippy unit chart-test registry-test image-test
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -60,8 +60,10 @@ build:
 # taken out of the package, which would set up a service) and skopeo,
 # which pushes the OCI layouts the tests build.
 REGISTRY_DIR ?= $(HOME)/.cache/digest-gate-registry
-registry-tools:
+skopeo:
 	@command -v skopeo >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq skopeo; }
+
+registry-tools: skopeo
 	@test -x $(REGISTRY_DIR)/docker-registry || { \
 		apt-get update -qq && rm -rf $(REGISTRY_DIR)/deb && mkdir -p $(REGISTRY_DIR)/deb && \
 		cd $(REGISTRY_DIR)/deb && apt-get download -qq docker-registry 2>/dev/null && \
@@ -71,14 +73,30 @@ registry-tools:
 registry-test: $(VENV)/.installed tools registry-tools build
 	cd tests/registry && DIGEST_GATE_REGISTRY_CACHE=$(REGISTRY_DIR) $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
+# The image tests (tests/image): the assembler on the debug binary, twice,
+# with the Debian packages this machine's archive offers.
+image-test: $(VENV)/.installed build
+	cd tests/image && $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
+
+# A container runtime as a node has one: Debian's umoci unpacks an image
+# into a runtime bundle and runc runs it (crun fails on this host's cgroup
+# layout). skopeo's package brings the RuntimeDefault seccomp profile.
+container-tools: skopeo
+	@command -v umoci >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 || { \
+		apt-get update -qq && apt-get install -y -qq umoci runc; }
+
 # The e2e suite: the chart installed with real Helm on a real Kubernetes 1.20
 # control plane (etcd, kube-apiserver, kube-controller-manager on loopback),
-# the debug binary serving it. tests/e2e/control-plane.sh builds the control
-# plane from Debian's packages on first use (~7-10 minutes on 2 cores) and
-# caches it in ~/.cache/digest-gate-e2e (DIGEST_GATE_E2E_CACHE).
-e2e: $(VENV)/.installed tools registry-tools build
+# the debug binary serving it, and for some tests the image `make image`
+# builds, pushed to a registry and run as a container with runc.
+# tests/e2e/control-plane.sh builds the control plane from Debian's packages
+# on first use (~7-10 minutes on 2 cores) and caches it in
+# ~/.cache/digest-gate-e2e (DIGEST_GATE_E2E_CACHE). The release build the
+# image needs takes about 10 minutes more; nothing else in CI builds release.
+e2e: $(VENV)/.installed tools registry-tools container-tools build image
 	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" && export DIGEST_GATE_E2E_BIN && \
-	cd tests/e2e && DIGEST_GATE_REGISTRY_CACHE=$(REGISTRY_DIR) PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
+	cd tests/e2e && DIGEST_GATE_REGISTRY_CACHE=$(REGISTRY_DIR) DIGEST_GATE_E2E_IMAGE=$(abspath $(IMAGE_DIR)) \
+		PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider
 
 # Benchmarks are not part of `make test`; see BENCHMARKS.md.
 bench:
@@ -136,6 +154,26 @@ bench-dump: $(VENV)/.installed
 
 release:
 	$(CARGO) build --release --locked
+
+# digest-gate's container image, with no container engine and no base-image
+# pull: an OCI layout in $(IMAGE_DIR), its Debian packages' lock file and an
+# SPDX SBOM beside it (image/assemble.py says what goes in and why).
+# Reproducible: one binary at one state of the Debian archive, one digest.
+IMAGE_DIR ?= target/image
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+image: release
+	$(PYTHON) image/assemble.py --binary target/release/digest-gate --out $(IMAGE_DIR)
+
+# Pushes $(IMAGE_DIR) to IMAGE (registry/repository), tagged with the
+# version, digests preserved, and prints the pushed reference by digest, the
+# one to pin the chart to. SKOPEO_FLAGS carries credentials and TLS options
+# (--dest-creds, --dest-authfile, --dest-cert-dir).
+image-push: skopeo
+	@test -n "$(IMAGE)" || { echo "usage: make image-push IMAGE=registry.example.com/team/digest-gate" >&2; exit 2; }
+	@test -f $(IMAGE_DIR)/index.json || { echo "no image in $(IMAGE_DIR): run make image first" >&2; exit 2; }
+	skopeo copy --quiet --preserve-digests --digestfile $(IMAGE_DIR).pushed $(SKOPEO_FLAGS) \
+		oci:$(IMAGE_DIR):$(VERSION) docker://$(IMAGE):$(VERSION)
+	@echo "$(IMAGE)@$$(cat $(IMAGE_DIR).pushed)"
 
 clean:
 	$(CARGO) clean
