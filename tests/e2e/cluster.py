@@ -8,10 +8,11 @@ admission needs.
 
 WebhookPod plays the kubelet for the chart's Deployment: it reads the stored
 Deployment, writes its Secret and ConfigMap volumes to disk in the kubelet's
-`..data` symlink layout, and starts the digest-gate binary with the
-container's own args, only the listen addresses moved to loopback ports. The
-apiserver reaches it through an ExternalName Service pointing at localhost;
-TLS still verifies the certificate as <service>.<namespace>.svc.
+`..data` symlink layout, and starts the container's own args, only the
+listen addresses moved to loopback ports: on the debug binary, or with a
+node's runtime (runtime.py) as a container of the image the Deployment
+names. The apiserver reaches it through an ExternalName Service pointing at
+localhost; TLS still verifies the certificate as <service>.<namespace>.svc.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from support import ROOT, BackgroundServer, QuietHandler, binary, free_port, send_json  # noqa: E402 (needs the path above)
+from runtime import SERVICE_ACCOUNT_DIR, Container, Runtime  # noqa: E402
 
 # Re-exported for the tests.
 __all__ = ["ROOT", "BackgroundServer", "QuietHandler", "free_port", "send_json"]
@@ -419,8 +421,14 @@ def serve_dev(cluster: ControlPlane, state: pathlib.Path, *args: str, name: str 
 class WebhookPod:
     """Runs the chart's digest-gate container as a kubelet would, on loopback."""
 
-    def __init__(self, cluster: ControlPlane, namespace: str, deployment: str, state: pathlib.Path, port: int):
+    def __init__(self, cluster: ControlPlane, namespace: str, deployment: str, state: pathlib.Path, port: int,
+                 runtime: Runtime | None = None):
         self.cluster = cluster
+        # None: the host binary; else the node's runtime, which runs the
+        # image the Deployment names (runtime.Runtime).
+        self.runtime = runtime
+        self.image: pathlib.Path | None = None
+        self._spec: dict = {}
         self.namespace = namespace
         self.deployment = deployment
         self.state = state
@@ -458,6 +466,9 @@ class WebhookPod:
         restarts of its container)."""
         path = self.state / "volumes" / name
         path.mkdir(parents=True, exist_ok=True)
+        # World-writable, as the kubelet makes an emptyDir: the container's
+        # user (65532) must be able to write it.
+        path.chmod(0o777)
         return path
 
     def _mount(self, directory: pathlib.Path, files: dict[str, bytes]):
@@ -494,48 +505,87 @@ class WebhookPod:
         pod = deployment["spec"]["template"]["spec"]
         container = pod["containers"][0]
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
-        mounts: dict[str, pathlib.Path] = {}
+        # mountPath → (the directory on this machine, read-only).
+        mounts: dict[str, tuple[pathlib.Path, bool]] = {}
         self.volumes = {}
         if self.state.exists():
             shutil.rmtree(self.state)
         for m in container.get("volumeMounts", []):
             volume = volumes[m["name"]]
             if "emptyDir" in volume:
-                mounts[m["mountPath"]] = self._empty_dir(m["name"])
+                mounts[m["mountPath"]] = (self._empty_dir(m["name"]), bool(m.get("readOnly")))
                 continue
             local = self.state / "volumes" / m["name"]
             self._mount(local, self._volume_files(volume))
-            mounts[m["mountPath"]] = local
+            mounts[m["mountPath"]] = (local, bool(m.get("readOnly")))
             self.volumes[m["name"]] = volume
 
-        def local_path(value: str) -> str:
-            for mount, local in mounts.items():
-                if value == mount or value.startswith(mount + "/"):
-                    return str(local) + value[len(mount):]
-            return value
-
-        args = []
+        chart_args = []
         for arg in container.get("args", []):
             flag, eq, value = arg.partition("=")
             if flag == "--listen":
                 value = f"127.0.0.1:{self.port}"
             elif flag == "--admin-listen":
                 value = f"127.0.0.1:{self.admin_port}"
-            elif eq:
-                value = local_path(value)
-            args.append(flag + eq + value if eq else arg)
-        self.args = args
-        env = container_env()
+            chart_args.append(flag + eq + value if eq else arg)
+        chart_env = {}
         for var in container.get("env", []):
             if "value" in var:
-                env[var["name"]] = var["value"]
+                chart_env[var["name"]] = var["value"]
             elif var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
-                env[var["name"]] = self.pod_name
+                chart_env[var["name"]] = self.pod_name
             else:
                 raise AssertionError(f"env source not emulated: {var}")
+        if self.runtime is not None:
+            return self._in_container(pod, container, chart_args, chart_env, mounts, timeout, ready)
+
+        def local_path(value: str) -> str:
+            for mount, (local, _) in mounts.items():
+                if value == mount or value.startswith(mount + "/"):
+                    return str(local) + value[len(mount):]
+            return value
+
+        self.args = [a.partition("=")[0] + "=" + local_path(a.partition("=")[2]) if "=" in a else a
+                     for a in chart_args]
+        env = container_env()
+        env.update(chart_env)
         if pod.get("automountServiceAccountToken"):
             env["KUBECONFIG"] = str(self._service_account_kubeconfig(pod["serviceAccountName"]))
         self.env = env
+        return self._run(timeout, ready)
+
+    def _in_container(self, pod: dict, container: dict, args: list[str], env: dict[str, str],
+                      mounts: dict[str, tuple[pathlib.Path, bool]], timeout: float, ready: bool) -> "WebhookPod":
+        """The container as a node runs it: the image pulled by the reference
+        the pod names, the kubelet's files and the service account's token
+        mounted where a pod has them, in-cluster config from the kubelet's
+        KUBERNETES_SERVICE_* variables."""
+        secrets = [self.cluster.get("secret", s["name"], self.namespace) for s in pod.get("imagePullSecrets", [])]
+        assert all(secrets), f"an imagePullSecret of {pod.get('imagePullSecrets')} is missing"
+        self.image = self.runtime.pull(container["image"], secrets)
+        kubelet = self.state / "kubelet"
+        kubelet.mkdir(parents=True)
+        for name, text in (("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+                           ("hostname", self.pod_name + "\n"), ("resolv.conf", "nameserver 127.0.0.1\n"),
+                           ("termination-log", "")):
+            (kubelet / name).write_text(text)
+        mounts = dict(mounts)
+        for name, path in (("hosts", "/etc/hosts"), ("hostname", "/etc/hostname"), ("resolv.conf", "/etc/resolv.conf"),
+                           ("termination-log", "/dev/termination-log")):
+            mounts[path] = (kubelet / name, False)
+        env = {**env, "HOSTNAME": self.pod_name}
+        if pod.get("automountServiceAccountToken"):
+            token = self._service_account_secret(pod["serviceAccountName"])
+            local = self.state / "volumes" / "kube-api-access"
+            self._mount(local, {k: base64.b64decode(v) for k, v in token["data"].items()})
+            mounts[SERVICE_ACCOUNT_DIR] = (local, True)
+            # What the kubelet sets for the kubernetes Service, here the
+            # apiserver on loopback (its certificate names 127.0.0.1).
+            env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(self.cluster.port))
+        self.args = args
+        self.env = env
+        self._spec = {"pod": pod, "container": container, "args": args, "env": env, "mounts": mounts,
+                      "hostname": self.pod_name}
         return self._run(timeout, ready)
 
     def restart_container(self, timeout: float = WAIT_TIMEOUT, *, ready: bool = True) -> "WebhookPod":
@@ -548,7 +598,12 @@ class WebhookPod:
         return self._run(timeout, ready)
 
     def _run(self, timeout: float, ready: bool) -> "WebhookPod":
-        self.process = Process("digest-gate", [str(self.binary or binary()), *self.args], self.log_path, env=self.env)
+        if self.runtime is not None:
+            self.process = Container("digest-gate", self.image, self.state.parent / f"{self.state.name}.bundle",
+                                     self.log_path, self._spec)
+        else:
+            self.process = Process("digest-gate", [str(self.binary or binary()), *self.args], self.log_path,
+                                   env=self.env)
 
         def is_ready():
             self.process.check_alive()
@@ -566,6 +621,9 @@ class WebhookPod:
     def _service_account_kubeconfig(self, account: str) -> pathlib.Path:
         return service_account_kubeconfig(self.cluster, self.namespace, account,
                                           self.state / "serviceaccount.kubeconfig")
+
+    def _service_account_secret(self, account: str) -> dict:
+        return service_account_secret(self.cluster, self.namespace, account)
 
     def arg(self, flag: str) -> str | None:
         for a in self.args:
@@ -601,17 +659,23 @@ def container_env() -> dict[str, str]:
     return env
 
 
+def service_account_secret(cluster: ControlPlane, namespace: str, account: str) -> dict:
+    """The account's token Secret (made by the token controller): what 1.20's
+    kubelet mounts for a pod (ca.crt, namespace, token)."""
+    def token():
+        sa = cluster.get("serviceaccount", account, namespace)
+        return sa and sa.get("secrets") and sa["secrets"][0]["name"]
+    return cluster.get("secret", wait_until(f"ServiceAccount {account}'s token", token), namespace)
+
+
 def service_account_kubeconfig(cluster: ControlPlane, namespace: str, account: str,
                                path: pathlib.Path) -> pathlib.Path:
     """What the kubelet mounts for a pod's service account, as a kubeconfig:
     1.20 mounts the account's token Secret (made by the token controller),
     and in-cluster config reads a fixed path a process here cannot use, so
-    the same token, CA and namespace go in a kubeconfig."""
-    def token():
-        sa = cluster.get("serviceaccount", account, namespace)
-        return sa and sa.get("secrets") and sa["secrets"][0]["name"]
-    secret_name = wait_until(f"ServiceAccount {account}'s token", token)
-    secret = cluster.get("secret", secret_name, namespace)
+    the same token, CA and namespace go in a kubeconfig (a container gets
+    the files themselves, runtime.Container)."""
+    secret = service_account_secret(cluster, namespace, account)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "pod",

@@ -3,12 +3,25 @@ model namespace and a digest-gate release per test."""
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
-from cluster import ControlPlane, binaries
-from harness import FIXTURES, MODEL_LABEL, PERMISSIVE_CRDS, RELEASE_NAMESPACE, Release
+from cluster import ROOT, ControlPlane, binaries
+from harness import FIXTURES, MODEL_LABEL, PERMISSIVE_CRDS, RELEASE_NAMESPACE, Release, WebhookImage
+from runtime import Runtime
+
+sys.path.insert(0, str(ROOT / "tests" / "registry"))
+import registries  # noqa: E402 (needs the path above)
+
+PULLER, PULLER_PASSWORD = "node", "pull-s3cret"
+PUSHER, PUSHER_PASSWORD = "release", "push-s3cret"
 
 
 @pytest.fixture(scope="session")
@@ -59,12 +72,53 @@ def models(cluster) -> str:
     cluster.delete_namespace(name)
 
 
+def image_layout() -> pathlib.Path:
+    layout = pathlib.Path(os.environ.get("DIGEST_GATE_E2E_IMAGE", ROOT / "target" / "image"))
+    if not (layout / "index.json").exists():
+        pytest.fail(f"no image at {layout}: `make image` builds it (make e2e does); "
+                    "the container tests never fall back to the host binary")
+    return layout
+
+
+@pytest.fixture(scope="session")
+def webhook_image(tmp_path_factory):
+    """digest-gate's own image (`make image`), pushed with `make image-push`
+    as the README shows to a registry with TLS from a test CA and htpasswd
+    auth, and the node that pulls it with the pod's imagePullSecret."""
+    layout = image_layout()
+    work = tmp_path_factory.mktemp("image-registry")
+    certs = work / "certs"
+    registries.make_ca(certs)
+    with registries.Registry(work, certs, "registry", users={PUSHER: PUSHER_PASSWORD,
+                                                             PULLER: PULLER_PASSWORD}) as registry:
+        repository = f"{registry.host}/digest-gate/digest-gate"
+        push = subprocess.run(
+            ["make", "--no-print-directory", "image-push", f"IMAGE={repository}", f"IMAGE_DIR={layout}",
+             f"SKOPEO_FLAGS=--dest-cert-dir={registry.skopeo_certs()} --dest-creds={PUSHER}:{PUSHER_PASSWORD}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert push.returncode == 0, push.stdout + push.stderr
+        pushed = push.stdout.strip().splitlines()[-1]
+        (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+        assert pushed == f"{repository}@{entry['digest']}", push.stdout
+        auth = base64.b64encode(f"{PULLER}:{PULLER_PASSWORD}".encode()).decode()
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                  "metadata": {"name": "e2e-image-pull", "namespace": RELEASE_NAMESPACE},
+                  "data": {".dockerconfigjson": base64.b64encode(json.dumps(
+                      {"auths": {registry.host: {"auth": auth}}}).encode()).decode()}}
+        yield WebhookImage(repository, entry["digest"], secret,
+                           Runtime(work / "node-images", registry.skopeo_certs()))
+
+
 @pytest.fixture
-def release(cluster, tmp_path) -> Release:
+def release(cluster, tmp_path, request) -> Release:
+    """digest-gate installed by Helm; parametrized indirectly with
+    "container", its pod runs the chart's image with runc."""
     # A control plane that died mid-session fails here with its log, not
     # later as a puzzling kubectl error.
     cluster.check_alive()
-    r = Release(cluster, tmp_path)
+    how = getattr(request, "param", "host")
+    assert how in ("host", "container"), how
+    r = Release(cluster, tmp_path, request.getfixturevalue("webhook_image") if how == "container" else None)
     yield r
     if r.installed:
         r.uninstall()

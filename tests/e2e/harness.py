@@ -8,11 +8,13 @@ import os
 import pathlib
 import shutil
 import subprocess
+from dataclasses import dataclass
 
 import helm_python as helm
 import yaml
 
 from cluster import ROOT, ControlPlane, HookJobs, WebhookPod, external_name_service, free_port
+from runtime import Runtime
 
 CHART = ROOT / "charts" / "digest-gate"
 FIXTURES = ROOT / "tests" / "fixtures" / "upstream"
@@ -117,8 +119,23 @@ def deep_merge(base: dict, extra: dict) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class WebhookImage:
+    """digest-gate's own image as a registry serves it, and the node that
+    pulls and runs it (conftest's `webhook_image`)."""
+    repository: str
+    digest: str
+    pull_secret: dict
+    runtime: Runtime
+
+    def values(self) -> dict:
+        return {"image": {"repository": self.repository, "digest": self.digest},
+                "imagePullSecrets": [{"name": self.pull_secret["metadata"]["name"]}]}
+
+
 class Release:
-    """digest-gate installed by Helm, its pod played on loopback.
+    """digest-gate installed by Helm, its pod played on loopback: the debug
+    binary, or with `image` the chart's image run as a container.
 
     The chart's ClusterIP Service is swapped for an ExternalName Service of the
     same name after every install/upgrade/rollback (service.port is the
@@ -126,12 +143,14 @@ class Release:
     out before the next Helm action: the Service Helm applies would otherwise
     conflict on .spec.type."""
 
-    def __init__(self, cluster: ControlPlane, state: pathlib.Path):
+    def __init__(self, cluster: ControlPlane, state: pathlib.Path, image: WebhookImage | None = None):
         self.cluster = cluster
         self.state = state
         self.port = free_port()
+        self.image = image
         self.helm = helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=RELEASE_NAMESPACE)
-        self.pod = WebhookPod(cluster, RELEASE_NAMESPACE, FULLNAME, state / "pod", self.port)
+        self.pod = WebhookPod(cluster, RELEASE_NAMESPACE, FULLNAME, state / "pod", self.port,
+                              runtime=image.runtime if image else None)
         self.installed = False
         # What the last uninstall's hook Jobs ran: (name, args, exit code, output).
         self.hook_runs: list[tuple[str, list[str], int, str]] = []
@@ -145,6 +164,10 @@ class Release:
             # endpoint-removal delay.
             "server": {"drainDelay": "0s", "gracePeriod": "5s"},
         }
+        if self.image:
+            # Pinned by digest, pulled with the pull secret, as the README
+            # tells users to install their own build.
+            base = deep_merge(base, self.image.values())
         return deep_merge(base, extra or {})
 
     def _loopback(self):
@@ -159,7 +182,12 @@ class Release:
         self._loopback()
         self.pod.start()
 
+    def _pull_secret(self):
+        if self.image:
+            self.cluster.apply(self.image.pull_secret)
+
     def install(self, values: dict | None = None, *, chart: pathlib.Path = CHART, raw: bool = False) -> dict:
+        self._pull_secret()
         rel = self.helm.install(helm.Chart.load(str(chart)), RELEASE, values if raw else self.values(values),
                                 namespace=RELEASE_NAMESPACE, timeout=120)
         self.installed = True

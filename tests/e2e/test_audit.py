@@ -300,6 +300,9 @@ def owned_by_release(cluster: ControlPlane) -> dict[str, list[str]]:
     return out
 
 
+# In the chart's own image, run as a container (test_image.py): in-cluster
+# config from the mounted token, reloads through the read-only mounts.
+@pytest.mark.parametrize("release", ["container"], indirect=True)
 def test_the_webhooks_background_audit_finds_the_same_and_leaves_with_the_release(report_crds, release, tmp_path):
     cluster = report_crds
     # installCRDs with the CRDs already there (as Kyverno leaves them): the

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cluster import wait_until
 from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, incident_runtime, load_yaml, warnings
 
+# In the chart's own image, run as a container (test_image.py).
+@pytest.mark.parametrize("release", ["container"], indirect=True)
 def test_incident_servingruntime_is_stored_with_the_promoted_digest_and_kubectl_warns(cluster, release, models):
     release.install()
     applied = cluster.apply(incident_runtime(models))
