@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools skopeo container-tools image image-push image-test tools promtool build fetch release clean bench bench-load bench-instructions bench-audit bench-check bench-dump soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools skopeo container-tools image image-push image-test tools promtool build fetch release clean bench bench-container bench-load bench-instructions bench-audit bench-check bench-dump soak fuzz
 
 test: fmt-check clippy unit chart-test registry-test image-test
 
@@ -139,6 +139,13 @@ bench-audit: $(VENV)/.installed tools
 		--sizes $(SIZE) $(if $(BASELINE),--baseline $(BASELINE))
 	mkdir -p bench/results
 	cp target/bench-audit/report.md bench/results/audit.md
+
+# The image's size, and its start to ready as a container (runc, the chart's
+# securityContext) against the release binary on the host; see BENCHMARKS.md.
+bench-container: $(VENV)/.installed container-tools image
+	$(VENV)/bin/python bench/container_start.py
+	mkdir -p bench/results
+	cp target/bench-container/report.md bench/results/container-start.md
 
 # Peak memory of `check` on long manifest streams; see BENCHMARKS.md.
 bench-check:

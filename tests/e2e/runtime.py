@@ -207,7 +207,8 @@ class Container:
     output in `log`), stopped with `runc kill` as the kubelet stops one.
     It quacks like cluster.Process."""
 
-    def __init__(self, name: str, layout: pathlib.Path, bundle: pathlib.Path, log: pathlib.Path, spec: dict):
+    def __init__(self, name: str, layout: pathlib.Path, bundle: pathlib.Path, log: pathlib.Path, spec: dict,
+                 start: bool = True):
         self.name = name
         self.bundle = bundle
         self.log = log
@@ -220,10 +221,16 @@ class Container:
         sh([tool("umoci"), "unpack", "--image", f"{layout}:image", str(bundle)], "umoci unpack")
         runtime = json.loads((bundle / "config.json").read_text())
         (bundle / "config.json").write_text(json.dumps(self._runtime_config(runtime, spec), indent=1))
-        self.handle = open(log, "ab")
-        self.proc = subprocess.Popen([tool("runc"), "--root", str(self.root), "run", "--bundle", str(bundle), self.id],
-                                     stdin=subprocess.DEVNULL, stdout=self.handle, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc: subprocess.Popen | None = None
+        if start:
+            self.start()
+
+    def start(self):
+        """`runc run` in the foreground: the container's output goes to the log."""
+        self.handle = open(self.log, "ab")
+        self.proc = subprocess.Popen([tool("runc"), "--root", str(self.root), "run", "--bundle", str(self.bundle),
+                                      self.id], stdin=subprocess.DEVNULL, stdout=self.handle,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def _runtime_config(self, runtime: dict, spec: dict) -> dict:
         """`spec`: the pod spec, the container, its args, env and mounts
@@ -265,7 +272,7 @@ class Container:
     # --- cluster.Process's interface ---
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -281,9 +288,12 @@ class Container:
     def kill(self, sig: str):
         sh([tool("runc"), "--root", str(self.root), "kill", self.id, sig], f"runc kill {sig}")
 
-    def stop(self, timeout: float = 20.0) -> int:
+    def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, then SIGKILL after `timeout` (the grace period), as the
         kubelet stops a container; the exit code."""
+        if self.proc is None:
+            shutil.rmtree(self.bundle, ignore_errors=True)
+            return None
         if self.alive():
             try:
                 self.kill("TERM")

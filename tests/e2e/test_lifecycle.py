@@ -130,8 +130,10 @@ def test_chart_installs_on_kubernetes_1_20_with_every_object_it_renders(cluster,
     # 1.20 serves no policy/v1: the chart picked v1beta1 from the cluster's APIs.
     (pdb,) = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
     assert pdb["apiVersion"] == "policy/v1beta1"
-    # NOTES tell a 1.20 user to label the namespaces the exclusion names.
     notes = rel["notes"]
+    # The default image is a tag: the notes say to pin it by digest.
+    assert "WARNING: the webhook's own image is pulled by tag, quay.io/digest-gate/digest-gate:" in notes
+    # NOTES tell a 1.20 user to label the namespaces the exclusion names.
     assert f"kubectl label namespace {RELEASE_NAMESPACE} kubernetes.io/metadata.name={RELEASE_NAMESPACE}" in notes
     assert "kubectl label namespace kube-system kubernetes.io/metadata.name=kube-system" in notes
     # And the application namespaces the ConfigMap and Template entries select.

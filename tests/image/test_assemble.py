@@ -245,3 +245,21 @@ def test_a_corrupt_cached_package_is_fetched_again(image, tmp_path):
     assert done.returncode == 0, done.stderr
     assert hashlib.sha256((cache / libc["filename"]).read_bytes()).hexdigest() == libc["sha256"]
     assert Image(tmp_path / "image").entry["digest"] == image.entry["digest"]
+
+
+def test_the_readmes_image_commands_are_the_makefiles_and_the_charts():
+    """The install section's commands: the make targets exist with the
+    variables they are given, the helm values are the chart's (the e2e suite
+    runs the same targets, and installs with the same values)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### The webhook's own image, pinned by digest"):]
+    block = section[section.index("```sh\n") + 6:section.index("\n```", section.index("```sh\n"))]
+    makefile = (ROOT / "Makefile").read_text()
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.startswith("make ")]
+    assert commands == ["make image", "make image-push IMAGE=registry.example.com/platform/digest-gate"]
+    assert re.search(r"^image: release\n", makefile, re.M) and re.search(r"^image-push:", makefile, re.M)
+    assert "docker://$(IMAGE):$(VERSION)" in makefile and "$(SKOPEO_FLAGS)" in makefile
+    values = (ROOT / "charts" / "digest-gate" / "values.yaml").read_text()
+    for key in re.findall(r"--set image\.(\w+)=", block):
+        assert re.search(rf"^  {key}:", values, re.M), key
+    assert re.findall(r"--set image\.(\w+)=", block) == ["repository", "digest"]
