@@ -35,6 +35,12 @@ def test_make_image_again_gives_the_same_digest_lock_and_sbom(tmp_path):
     the assembly from it, at the same state of the Debian archive, is
     byte for byte the same."""
     layout = image_layout()
+    (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads((layout / "blobs" / "sha256" / entry["digest"][7:]).read_text())
+    built_at = manifest["annotations"]["org.opencontainers.image.revision"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert built_at.removesuffix("-dirty") == head, \
+        f"{layout} was built at {built_at}, this checkout is {head}: run `make image` (make e2e does)"
     again = tmp_path / "image"
     run = subprocess.run(["make", "--no-print-directory", "image", f"IMAGE_DIR={again}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=1200)
@@ -44,7 +50,6 @@ def test_make_image_again_gives_the_same_digest_lock_and_sbom(tmp_path):
         sorted(p.name for p in (layout / "blobs" / "sha256").iterdir())
     for suffix in (".lock.json", ".spdx.json"):
         assert again.with_name("image" + suffix).read_bytes() == layout.with_name(layout.name + suffix).read_bytes()
-    (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
     assert entry["digest"] in run.stdout
 
 
