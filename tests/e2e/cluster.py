@@ -575,7 +575,7 @@ class WebhookPod:
             mounts[path] = (kubelet / name, False)
         env = {**env, "HOSTNAME": self.pod_name}
         if pod.get("automountServiceAccountToken"):
-            token = self._service_account_secret(pod["serviceAccountName"])
+            token = service_account_secret(self.cluster, self.namespace, pod["serviceAccountName"])
             local = self.state / "volumes" / "kube-api-access"
             self._mount(local, {k: base64.b64decode(v) for k, v in token["data"].items()})
             mounts[SERVICE_ACCOUNT_DIR] = (local, True)
@@ -621,9 +621,6 @@ class WebhookPod:
     def _service_account_kubeconfig(self, account: str) -> pathlib.Path:
         return service_account_kubeconfig(self.cluster, self.namespace, account,
                                           self.state / "serviceaccount.kubeconfig")
-
-    def _service_account_secret(self, account: str) -> dict:
-        return service_account_secret(self.cluster, self.namespace, account)
 
     def arg(self, flag: str) -> str | None:
         for a in self.args:

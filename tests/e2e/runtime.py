@@ -132,7 +132,9 @@ def seccomp_runtime_default(capabilities: list[str]) -> dict:
     """The containers-common profile as an OCI runtime spec seccomp section,
     for this machine's architecture and the container's capabilities."""
     profile = json.loads(SECCOMP_PROFILE.read_text())
-    arch = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}[platform.machine()]
+    # The profile names architectures as Go does.
+    arch, goarch = {"x86_64": ("SCMP_ARCH_X86_64", "amd64"), "aarch64": ("SCMP_ARCH_AARCH64", "arm64")}[
+        platform.machine()]
     (native,) = [a for a in profile["archMap"] if a["architecture"] == arch]
     kernel = tuple(int(x) for x in re.findall(r"\d+", platform.release())[:2])
     syscalls = []
@@ -142,10 +144,9 @@ def seccomp_runtime_default(capabilities: list[str]) -> dict:
             continue
         if exc.get("caps") and set(exc["caps"]) & set(capabilities):
             continue
-        if inc.get("arches") and arch.removeprefix("SCMP_ARCH_").lower() not in inc["arches"] \
-                and not ("amd64" in inc["arches"] and arch == "SCMP_ARCH_X86_64"):
+        if inc.get("arches") and goarch not in inc["arches"]:
             continue
-        if exc.get("arches") and ("amd64" in exc["arches"] and arch == "SCMP_ARCH_X86_64"):
+        if goarch in (exc.get("arches") or []):
             continue
         if inc.get("minKernel") and kernel < tuple(int(x) for x in inc["minKernel"].split(".")[:2]):
             continue

@@ -20,7 +20,7 @@ import pytest
 
 from cluster import ROOT, binary, wait_until
 from conftest import image_layout
-from harness import FULLNAME, RELEASE_NAMESPACE, incident_runtime, warnings
+from harness import FULLNAME, INCIDENT_IMAGE, RELEASE_NAMESPACE, incident_runtime, warnings
 
 CONTAINER = pytest.mark.parametrize("release", ["container"], indirect=True)
 
@@ -54,7 +54,7 @@ def test_make_image_again_gives_the_same_digest_lock_and_sbom(tmp_path):
 
 
 @CONTAINER
-def test_the_container_runs_as_the_charts_security_context_says(cluster, release, models):
+def test_the_container_runs_as_the_charts_security_context_says_and_reloads(cluster, release, models):
     rel = release.install()
     pod = release.pod
     # Pinned by digest, the notes have nothing to warn about the image.
@@ -92,6 +92,22 @@ def test_the_container_runs_as_the_charts_security_context_says(cluster, release
     assert any(w.startswith("digest-gate") for w in warnings(applied.stderr))
     # The state volume is the one writable place: the last good allowlist.
     assert (pod.state / "volumes" / "state" / "last-good-allowlist").exists()
+
+    # An allowlist edit reaches it through the read-only mount (the kubelet's
+    # `..data` swap) and is in force without a restart: promoting the stale
+    # digest too, the same runtime is stored as written.
+    reloads = pod.metric("digest_gate_reloads_total", source="allowlist", result="success")
+    cluster.kubectl("patch", "configmap", f"{FULLNAME}-allowlist", "-n", RELEASE_NAMESPACE, "--type=merge",
+                    "-p", json.dumps({"data": {"stale.txt": INCIDENT_IMAGE + "\n"}}))
+    pod.sync_volumes()
+    wait_until("the allowlist reload", lambda: pod.metric(
+        "digest_gate_reloads_total", source="allowlist", result="success") > reloads)
+    runtime = incident_runtime(models)
+    runtime["metadata"]["name"] = "ovms-stale-promoted"
+    cluster.apply(runtime)
+    stored = cluster.get("servingruntime", "ovms-stale-promoted", models)
+    assert stored["spec"]["containers"][0]["image"] == INCIDENT_IMAGE
+    assert pod.process.state()["pid"] == state["pid"], "reloaded in place, not restarted"
 
 
 @CONTAINER
