@@ -464,7 +464,7 @@ def test_objects_being_deleted_skip_the_webhook_where_match_conditions_exist(def
 def test_workloads_register_every_kind_with_a_pod_template():
     rules = webhook_configs(render({"webhook": {"workloads": True}}))[0]["webhooks"][0]["rules"]
     registered = {(g, res) for r in rules for g in r["apiGroups"] for res in r["resources"]}
-    readme = (CHART.parents[1] / "README.md").read_text()
+    readme = (CHART.parents[1] / "docs" / "webhook.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| Deployment, ReplicaSet"))
     plural = {"Deployment": ("apps", "deployments"), "ReplicaSet": ("apps", "replicasets"),
               "StatefulSet": ("apps", "statefulsets"), "DaemonSet": ("apps", "daemonsets"),

@@ -36,7 +36,7 @@ def cluster(tmp_path_factory) -> ControlPlane:
         for crd in ["servingruntimes.serving.kserve.io"] + [c["metadata"]["name"] for c in PERMISSIVE_CRDS]:
             cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
         # 1.20 has no kubernetes.io/metadata.name label: label by hand what the
-        # chart's exclusion names (the README tells 1.20 users the same).
+        # chart's exclusion names (the install notes tell 1.20 users the same).
         cp.namespace("kube-system")
         cp.namespace(RELEASE_NAMESPACE)
         yield cp
@@ -83,7 +83,7 @@ def image_layout() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def webhook_image(tmp_path_factory):
     """digest-gate's own image (`make image`), pushed with `make image-push`
-    as the README shows to a registry with TLS from a test CA and htpasswd
+    as docs/install.md shows to a registry with TLS from a test CA and htpasswd
     auth, and the node that pulls it with the pod's imagePullSecret."""
     layout = image_layout()
     work = tmp_path_factory.mktemp("image-registry")

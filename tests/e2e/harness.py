@@ -165,7 +165,7 @@ class Release:
             "server": {"drainDelay": "0s", "gracePeriod": "5s"},
         }
         if self.image:
-            # Pinned by digest, pulled with the pull secret, as the README
+            # Pinned by digest, pulled with the pull secret, as docs/install.md
             # tells users to install their own build.
             base = deep_merge(base, self.image.values())
         return deep_merge(base, extra or {})

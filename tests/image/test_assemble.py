@@ -247,12 +247,12 @@ def test_a_corrupt_cached_package_is_fetched_again(image, tmp_path):
     assert Image(tmp_path / "image").entry["digest"] == image.entry["digest"]
 
 
-def test_the_readmes_image_commands_are_the_makefiles_and_the_charts():
+def test_the_docs_image_commands_are_the_makefiles_and_the_charts():
     """The install section's commands: the make targets exist with the
     variables they are given, the helm values are the chart's (the e2e suite
     runs the same targets, and installs with the same values)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### The webhook's own image, pinned by digest"):]
+    readme = (ROOT / "docs" / "install.md").read_text()
+    section = readme[readme.index("## The webhook's own image, pinned by digest"):]
     block = section[section.index("```sh\n") + 6:section.index("\n```", section.index("```sh\n"))]
     makefile = (ROOT / "Makefile").read_text()
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.startswith("make ")]
