@@ -8,10 +8,12 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import socket
 import ssl
 import subprocess
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -99,3 +101,49 @@ def serve(cert: pathlib.Path, key: pathlib.Path, *args: str):
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=15)
         assert code == 0, proc.stderr.read().decode()
+
+
+# --- the docs' loopback samples ---------------------------------------------------
+
+@dataclass
+class Step:
+    """One command of a docs sample, and what the docs say it prints
+    (`# prints: TEXT` lines under it)."""
+    command: str
+    prints: list[str]
+
+
+def docs_pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def docs_sample(sample_id: str) -> list[Step]:
+    """The ```sh block after `<!-- sample: loopback ID -->` in README.md or
+    docs/ (tests/docs.rs holds every shell block to a marker), as steps:
+    continuation lines joined, trailing comments dropped, `# prints:` lines
+    attached to the command before them, other comment lines skipped."""
+    marker = f"<!-- sample: loopback {sample_id} -->\n"
+    for page in docs_pages():
+        text = page.read_text()
+        if marker not in text:
+            continue
+        after = text[text.index(marker) + len(marker):]
+        assert after.startswith("```sh\n"), f"{page}: {sample_id}: the marker must stand right above a ```sh block"
+        body = after[len("```sh\n"):after.index("\n```")]
+        steps: list[Step] = []
+        pending = ""
+        for line in body.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("# prints: "):
+                steps[-1].prints.append(stripped[len("# prints: "):])
+                continue
+            if stripped.startswith("#") or not stripped:
+                continue
+            line = re.sub(r"\s+#\s.*$", "", line)
+            if line.endswith("\\"):
+                pending += line[:-1].rstrip() + " "
+                continue
+            steps.append(Step((pending + line.strip()).strip(), []))
+            pending = ""
+        return steps
+    raise AssertionError(f"no sample `{sample_id}` in README.md or docs/")

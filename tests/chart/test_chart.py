@@ -880,3 +880,25 @@ def test_a_catalog_mounted_beside_the_configmap_is_an_allowlist_path_with_its_fi
     # Relative paths would name the container's working directory: refused.
     with pytest.raises(Exception, match="extraPaths"):
         render({"allowlist": {"extraPaths": ["configs"]}})
+
+
+def test_the_install_page_names_every_value():
+    """docs/install.md's "Every value" table: every top-level key of
+    values.yaml, with the keys of each map, so a value added to the chart
+    is documented where users look for it."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    page = (CHART.parents[1] / "docs" / "install.md").read_text()
+    table = page[page.index("## Every value"):]
+    table = table[:table.index("\n## ")]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+
+    def names(cell: str) -> set[str]:
+        return {k.strip("`") for k in cell.split("(")[0].replace(",", " ").split()}
+    for key, value in values.items():
+        (row,) = [r for r in rows if key in names(r)]
+        if isinstance(value, dict) and value and key not in ("kindModes", "podAnnotations", "podLabels",
+                                                               "nodeSelector", "affinity"):
+            for sub in value:
+                assert f"`{sub}`" in row, (key, sub)
+    named = set().union(*(names(r) for r in rows))
+    assert named <= set(values), named - set(values)

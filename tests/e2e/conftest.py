@@ -16,6 +16,7 @@ import pytest
 from cluster import ROOT, ControlPlane, binaries
 from harness import FIXTURES, MODEL_LABEL, PERMISSIVE_CRDS, RELEASE_NAMESPACE, Release, WebhookImage
 from runtime import Runtime
+from support import docs_sample
 
 sys.path.insert(0, str(ROOT / "tests" / "registry"))
 import registries  # noqa: E402 (needs the path above)
@@ -92,14 +93,26 @@ def webhook_image(tmp_path_factory):
     with registries.Registry(work, certs, "registry", users={PUSHER: PUSHER_PASSWORD,
                                                              PULLER: PULLER_PASSWORD}) as registry:
         repository = f"{registry.host}/digest-gate/digest-gate"
+        # docs/install.md's sample: `make image` is what `make e2e` ran;
+        # `skopeo login` asks for a password at a terminal, so its
+        # credentials go in SKOPEO_FLAGS; the push runs as written, to this
+        # registry; the chart is installed with the values it names
+        # (WebhookImage.values).
+        make_image, login, push_step, install = docs_sample("install-own-image")
+        assert make_image.command == "make image" and login.command.startswith("skopeo login ")
+        assert "--set image.repository=" in install.command and "--set image.digest=" in install.command
+        example = push_step.command.split("IMAGE=", 1)[1]
         push = subprocess.run(
-            ["make", "--no-print-directory", "image-push", f"IMAGE={repository}", f"IMAGE_DIR={layout}",
-             f"SKOPEO_FLAGS=--dest-cert-dir={registry.skopeo_certs()} --dest-creds={PUSHER}:{PUSHER_PASSWORD}"],
+            ["bash", "-c", push_step.command.replace(example, repository)
+             + f" IMAGE_DIR={layout} SKOPEO_FLAGS='--dest-cert-dir={registry.skopeo_certs()}"
+             + f" --dest-creds={PUSHER}:{PUSHER_PASSWORD}' --no-print-directory"],
             cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert push.returncode == 0, push.stdout + push.stderr
         pushed = push.stdout.strip().splitlines()[-1]
         (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
         assert pushed == f"{repository}@{entry['digest']}", push.stdout
+        (prints,) = push_step.prints
+        assert pushed.startswith(prints.replace(example, repository))
         auth = base64.b64encode(f"{PULLER}:{PULLER_PASSWORD}".encode()).decode()
         secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
                   "metadata": {"name": "e2e-image-pull", "namespace": RELEASE_NAMESPACE},

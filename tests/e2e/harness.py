@@ -143,13 +143,17 @@ class Release:
     out before the next Helm action: the Service Helm applies would otherwise
     conflict on .spec.type."""
 
-    def __init__(self, cluster: ControlPlane, state: pathlib.Path, image: WebhookImage | None = None):
+    def __init__(self, cluster: ControlPlane, state: pathlib.Path, image: WebhookImage | None = None,
+                 name: str = RELEASE):
         self.cluster = cluster
         self.state = state
         self.port = free_port()
         self.image = image
+        self.name = name
+        # The chart's fullname: the release name alone when it holds the chart's.
+        self.fullname = name if "digest-gate" in name else f"{name}-digest-gate"
         self.helm = helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=RELEASE_NAMESPACE)
-        self.pod = WebhookPod(cluster, RELEASE_NAMESPACE, FULLNAME, state / "pod", self.port,
+        self.pod = WebhookPod(cluster, RELEASE_NAMESPACE, self.fullname, state / "pod", self.port,
                               runtime=image.runtime if image else None)
         self.installed = False
         # What the last uninstall's hook Jobs ran: (name, args, exit code, output).
@@ -171,12 +175,12 @@ class Release:
         return deep_merge(base, extra or {})
 
     def _loopback(self):
-        self.cluster.kubectl("-n", RELEASE_NAMESPACE, "delete", "service", FULLNAME, "--ignore-not-found")
-        self.cluster.apply(external_name_service(FULLNAME, RELEASE_NAMESPACE, self.port))
+        self.cluster.kubectl("-n", RELEASE_NAMESPACE, "delete", "service", self.fullname, "--ignore-not-found")
+        self.cluster.apply(external_name_service(self.fullname, RELEASE_NAMESPACE, self.port))
 
     def _unloop(self):
         self.pod.stop()
-        self.cluster.kubectl("-n", RELEASE_NAMESPACE, "delete", "service", FULLNAME, "--ignore-not-found")
+        self.cluster.kubectl("-n", RELEASE_NAMESPACE, "delete", "service", self.fullname, "--ignore-not-found")
 
     def _started(self):
         self._loopback()
@@ -188,22 +192,24 @@ class Release:
 
     def install(self, values: dict | None = None, *, chart: pathlib.Path = CHART, raw: bool = False) -> dict:
         self._pull_secret()
-        rel = self.helm.install(helm.Chart.load(str(chart)), RELEASE, values if raw else self.values(values),
+        rel = self.helm.install(helm.Chart.load(str(chart)), self.name, values if raw else self.values(values),
                                 namespace=RELEASE_NAMESPACE, timeout=120)
         self.installed = True
         self._started()
         return rel
 
-    def upgrade(self, values: dict | None = None, *, chart: pathlib.Path = CHART, raw: bool = False) -> dict:
+    def upgrade(self, values: dict | None = None, *, chart: pathlib.Path = CHART, raw: bool = False,
+                reuse_values: bool = False) -> dict:
         self._unloop()
-        rel = self.helm.upgrade(helm.Chart.load(str(chart)), RELEASE, values if raw else self.values(values),
+        rel = self.helm.upgrade(helm.Chart.load(str(chart)), self.name, values if raw else self.values(values),
+                                reuse_values=reuse_values,
                                 namespace=RELEASE_NAMESPACE, timeout=120)
         self._started()
         return rel
 
     def rollback(self, version: int | None = None):
         self._unloop()
-        self.helm.rollback(RELEASE, version=version, timeout=120)
+        self.helm.rollback(self.name, version=version, timeout=120)
         self._started()
 
     def uninstall(self):
@@ -211,7 +217,7 @@ class Release:
         # The chart's pre-delete hook (with audit.enabled) is a Job: played
         # here, as the pod is.
         with HookJobs(self.cluster, RELEASE_NAMESPACE, self.state / "hooks") as hooks:
-            self.helm.uninstall(RELEASE, timeout=120)
+            self.helm.uninstall(self.name, timeout=120)
         self.hook_runs = hooks.runs
         self.installed = False
 
@@ -220,7 +226,7 @@ class Release:
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             listing = self.cluster.get(kind)
             found += [o for o in listing["items"]
-                      if o["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE]
+                      if o["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == self.name]
         return found
 
     def ca_bundles(self) -> dict[str, str]:
