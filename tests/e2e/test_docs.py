@@ -60,8 +60,12 @@ class Reader:
                     "KUBECONFIG": str(cluster.kubeconfig)}
         self.outputs: list[str] = []
 
-    def run(self, sample_id: str, played: dict | None = None):
+    def run(self, sample_id: str, played: dict | None = None, fill: dict | None = None):
+        """Runs a sample's steps; `fill` replaces the placeholders a reader
+        fills in (their registry, their digest)."""
         for step in docs_sample(sample_id):
+            for placeholder, value in (fill or {}).items():
+                step.command = step.command.replace(placeholder, value)
             if step.command.startswith("helm "):
                 out = self.helm(step.command)
             elif played and step.command in played:
@@ -136,8 +140,13 @@ def test_the_readme_installs_in_audit_mode_shows_the_first_finding_then_enforces
         assert "ClusterServiceVersion rhods-operator.1.21.0" in reader.outputs[-1]
         (workdir / "values.yaml").write_text(readme_values())
         reader.run("install-label-namespaces")
-        reader.run("readme-install")
+        # The played pod runs the host binary; the values must still be
+        # what the chart's schema takes.
+        reader.run("readme-install", fill={"PRINTED_DIGEST": "0" * 64})
         assert release.pod.arg("--mode") == "audit"
+        deployment = cluster.get("deployment", "digest-gate", RELEASE_NAMESPACE)
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == \
+            "registry.example.com/platform/digest-gate@sha256:" + "0" * 64
         assert release.pod.arg("--allowlist-csv") == f"{OPERATORS}/rhods-operator"
 
         reader.run("readme-first-finding",
