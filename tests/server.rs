@@ -1415,9 +1415,10 @@ fn curl(
 }
 
 /// Issue 41: an error answered before the request's body had all arrived
-/// reached HTTP/1.1 clients whole, and HTTP/2 ones as a reset stream that
-/// curl reports as "Stream error in the HTTP/2 framing layer" (hyper's own
-/// client takes the answer, so curl is the peer here). Each early error,
+/// reached HTTP/2 clients as a reset stream that curl reports as "Stream
+/// error in the HTTP/2 framing layer" (hyper's own client takes the
+/// answer, so curl is the peer here); and HTTP/1.1 clients still sending
+/// as a closed connection ("Send failure: Broken pipe"), now and then. Each early error,
 /// with a body over HTTP/2's first flow-control window, over both.
 #[rstest::rstest]
 #[case::wrong_method_405("GET", "/mutate", "Content-Type: application/json", 300_000, 405)]
@@ -1440,8 +1441,10 @@ async fn early_errors_arrive_whole_over_http1_and_http2(
     let addr = running.webhook_addr;
     let answers = tokio::task::spawn_blocking(move || {
         let mut answers = Vec::new();
+        // The race lost an HTTP/1.1 answer about one run in eight at 3
+        // requests: 8 each make a run that would lose one likely to.
         for version in ["--http1.1", "--http2"] {
-            for _ in 0..3 {
+            for _ in 0..8 {
                 answers.push((version, curl(addr, &ca, version, method, path, &[header], size)));
             }
         }

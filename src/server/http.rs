@@ -54,15 +54,18 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 /// multiple of `--max-body-bytes`.
 const SETTLE_FACTOR: usize = 2;
 
-/// Over HTTP/2 an answer sent while the request's body is still arriving
-/// ends with the stream reset, and clients (curl among them) then drop the
-/// answer with it; HTTP/1.1 needs nothing (the connection closes after the
-/// answer, and a client waiting on `Expect: 100-continue` never sends the
-/// body). So an early error over HTTP/2 first reads the rest of the body
-/// and discards it: at most twice `--max-body-bytes`, within
-/// `--request-timeout`. Past either it is sent at once.
+/// An answer sent while the request's body is still arriving can be lost:
+/// over HTTP/2 the stream is reset after it, and clients (curl among them)
+/// drop the answer with it; over HTTP/1.1 the connection is closed with
+/// the body's rest unread, the kernel answers the client's next bytes with
+/// a reset, and a client still sending (curl: "Send failure: Broken pipe")
+/// never reads the answer. So an early error first reads the rest of the
+/// body and discards it: at most twice `--max-body-bytes`, within
+/// `--request-timeout`. Past either it is sent at once. An HTTP/1.1 client
+/// waiting on `Expect: 100-continue` has sent no body and will send none:
+/// reading would only ask it for one.
 async fn settle(state: &State, request: Request) {
-    if request.version() != axum::http::Version::HTTP_2 {
+    if request.version() != axum::http::Version::HTTP_2 && expects_continue(&request) {
         return;
     }
     let limit = state.max_body_bytes.saturating_mul(SETTLE_FACTOR);
@@ -80,6 +83,15 @@ async fn settle(state: &State, request: Request) {
         }
     };
     let _ = tokio::time::timeout(state.request_timeout, drain).await;
+}
+
+/// Whether an HTTP/1.1 client waits for `100 Continue` before its body.
+fn expects_continue(request: &Request) -> bool {
+    request
+        .headers()
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
 }
 
 /// The Content-Length a request declares.
