@@ -16,12 +16,13 @@ use std::sync::Arc;
 use json_patch::PatchOperation;
 use serde_json::Value;
 
+use crate::edit::Edit;
 use crate::json::{self, JsonError, Part, Piece};
 use crate::judge::{self, EmbeddedRewrite, ImageJudgement, Judgement};
 use crate::output::Writer;
 use crate::policy::Mode;
 use crate::report::{self, ObjectReport, Position, Report};
-use crate::yaml::{self, Document, Edit, Offsets};
+use crate::yaml::{self, Document, Offsets};
 
 /// Where a manifest comes from.
 #[derive(Debug, Clone)]
@@ -1094,7 +1095,7 @@ impl Fixing {
         } else if json {
             verify_json(&original, &self.edits, &self.expected_json).map(|()| None)
         } else {
-            yaml::apply_edits(&original, self.edits.clone())
+            crate::edit::apply(&original, self.edits.clone())
                 .map_err(|e| e.to_string())
                 .and_then(|t| verify(&t, &original, &self.expected).map(|()| Some(t)))
         };
@@ -1190,7 +1191,7 @@ fn embedded_edits(
 fn verify_json(original: &str, edits: &[Edit], expected: &[JsonExpected]) -> Result<(), String> {
     if let Some(pair) = edits.windows(2).find(|p| p[1].start < p[0].end) {
         let line = original[..pair[1].start].matches('\n').count() + 1;
-        return Err(yaml::EditError::Conflict { line }.to_string());
+        return Err(crate::edit::EditError::Conflict { line }.to_string());
     }
     let mut covered = 0;
     for want in expected {
@@ -1205,7 +1206,7 @@ fn verify_json(original: &str, edits: &[Edit], expected: &[JsonExpected]) -> Res
             .collect();
         covered += inside.len();
         let before = &original[want.start..want.end];
-        let after = yaml::apply_edits(before, inside).map_err(|e| e.to_string())?;
+        let after = crate::edit::apply(before, inside).map_err(|e| e.to_string())?;
         let mut value: Value =
             serde_json::from_str(before).map_err(|e| format!("the original no longer parses: {e}"))?;
         for (prefix, ops) in &want.objects {

@@ -16,10 +16,11 @@ use json_patch::{PatchOperation, ReplaceOperation};
 use serde_json::Value;
 
 use crate::allowlist::Allowlist;
+use crate::edit::Edit;
 use crate::objects::{self, Embedded, Site, Walk};
 use crate::policy::{Decision, Denial, Finding, Mode, Policy, PromotedBy, Reason, Verdict};
 use crate::published::Published;
-use crate::yaml::{self, Edit, Offsets};
+use crate::yaml::{self, Offsets};
 
 vocabulary! {
     "lowercase";
@@ -377,7 +378,7 @@ fn rewrite_embedded(sources: &[Embedded], images: &mut [ImageJudgement]) -> Vec<
         if edits.is_empty() {
             continue;
         }
-        match yaml::apply_edits(&source.text, edits.clone()) {
+        match crate::edit::apply(&source.text, edits.clone()) {
             Ok(rewritten) => out.push(EmbeddedRewrite {
                 pointer: source.pointer.clone(),
                 original: source.text.clone(),

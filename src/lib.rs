@@ -47,6 +47,7 @@ pub mod allowlist;
 pub mod audit;
 pub mod check;
 pub mod cli;
+pub mod edit;
 pub mod flags;
 pub mod json;
 pub mod judge;

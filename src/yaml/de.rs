@@ -28,7 +28,9 @@ use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_json::Value;
 
-use super::{ALIAS_EXPANSION_LIMIT, Builder, Document, YamlError, resolve};
+use super::build::{ALIAS_EXPANSION_LIMIT, Builder};
+use super::scalar::resolve;
+use super::{Document, YamlError};
 
 type Item<'a> = (Event<'a>, Span);
 

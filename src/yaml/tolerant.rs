@@ -177,7 +177,7 @@ fn indent_continuations(
     col: usize,
     line: usize,
 ) -> Option<(String, Vec<(usize, usize, usize)>)> {
-    let end = super::closing_quote(text, at)?;
+    let end = super::edit::closing_quote(text, at)?;
     let want = col + 1;
     let mut out = String::with_capacity(text.len() + 256);
     out.push_str(&text[..at]);
@@ -236,8 +236,9 @@ impl Iterator for SharedChars {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Offsets, apply_edits, documents, parse_stream, scalar_edit};
+    use super::super::{Offsets, documents, parse_stream, scalar_edit};
     use super::Leniency;
+    use crate::edit::apply as apply_edits;
     use serde_json::json;
 
     /// The value of `pointer` in the only document, and the document.
