@@ -1046,19 +1046,24 @@ fn checked(
         allowlist,
         published: None,
     };
+    let pass = if args.fix {
+        check::Pass::Fix
+    } else {
+        check::Pass::Judge
+    };
     if !args.verify.enabled {
-        return Ok(check::check(&sources, rules, args.fix, false, Some(out)));
+        return Ok(check::check(&sources, rules, pass, Some(out)));
     }
-    let sources = sources.buffered()?;
+    let sources = sources.buffered().map_err(|e| e.to_string())?;
     // The first pass only learns what will run: its reports are dropped.
     let mut nowhere = output::Writer::discard();
-    let found = check::check(&sources, rules, args.fix, true, Some(&mut nowhere));
+    let found = check::check(&sources, rules, check::Pass::Learn, Some(&mut nowhere));
     let learned = registry::block_on(args.verify.published(None, allowlist, &found.will_run));
     let published = learned.map_err(|e| e.to_string())??;
     if let Some(published) = &published {
         rules.published = Some(published);
     }
-    Ok(check::check(&sources, rules, args.fix, false, Some(out)))
+    Ok(check::check(&sources, rules, pass, Some(out)))
 }
 
 /// The kinds `--kinds` names, or exit code 2 with what it may name.
