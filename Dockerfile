@@ -9,9 +9,11 @@
 FROM docker.io/library/rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so source edits do not rebuild them. The manifest
-# declares the benchmark target, so cargo wants its file to exist.
+# declares the benchmark target and the docs test, so cargo wants their
+# files to exist.
 COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
+COPY tests/docs.rs ./tests/docs.rs
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
