@@ -19,7 +19,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use digest_gate::metrics::Metrics;
-use digest_gate::server::{self, Config, tls};
+use digest_gate::server::{self, ServerArgs, tls};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -111,7 +111,7 @@ async fn main() {
     ));
     let tls_config = tls::server_config(store, None, provider).expect("TLS config");
     // The very listener `serve` runs, with serve's defaults.
-    let settings = server::listen::Settings::of(&Config::default());
+    let settings = server::listen::Settings::of(&ServerArgs::default());
     let metrics = Metrics::new();
     let router = if args.iter().any(|a| a == "--uid-only") {
         Router::new()

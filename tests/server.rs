@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
 use digest_gate::policy::{Mode, Policy};
-use digest_gate::server::{self, Config, Inputs, State};
+use digest_gate::server::{self, Inputs, ServerArgs, State};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -333,7 +333,12 @@ async fn start(name: &str, policy: Policy, client_ca: bool) -> Harness {
 }
 
 /// [`start`], with `tune` changing the server's settings last.
-async fn start_tuned(name: &str, policy: Policy, client_ca: bool, tune: impl FnOnce(&mut Config)) -> Harness {
+async fn start_tuned(
+    name: &str,
+    policy: Policy,
+    client_ca: bool,
+    tune: impl FnOnce(&mut ServerArgs),
+) -> Harness {
     let dir = scratch(name);
     let pki = Pki::new("test CA");
     let tls_dir = dir.join("tls");

@@ -72,6 +72,18 @@ pub fn load_paths_with<P: AsRef<Path>>(paths: &[P], catalog: &CatalogOptions) ->
     load_sources_with(inputs(&open_files(paths)?), catalog)
 }
 
+/// The allowlist's sources (files, a ConfigMap's keys) and then the
+/// operators' installed CSVs, merged as one allowlist: the one merge
+/// `serve` puts in force (and checks an allowlist edit by) and `audit`
+/// judges by.
+pub fn load_with_installed<T: Input>(
+    sources: &[T],
+    installed: &[Source],
+    catalog: &CatalogOptions,
+) -> Result<Loaded, LoadErrors> {
+    load_sources_with(inputs(sources).chain(inputs(installed)), catalog)
+}
+
 /// Parses and merges sources, in the order given.
 pub fn load_sources<'a>(sources: impl IntoIterator<Item = &'a dyn Input>) -> Result<Loaded, LoadErrors> {
     load_sources_with(sources, &CatalogOptions::default())

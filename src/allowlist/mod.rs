@@ -40,6 +40,7 @@ pub use input::{
 pub use lint::{Lint, lint};
 pub use load::{
     Format, Loaded, SourceSummary, load_paths, load_paths_with, load_sources, load_sources_with, load_text,
+    load_with_installed,
 };
 
 /// Where an entry came from, for conflict messages and provenance.

@@ -7,9 +7,12 @@
 
 pub mod auth;
 pub mod client;
+pub mod learn;
 pub mod manifest;
 pub mod render;
 pub mod verify;
+
+pub use learn::{Learned, Round, VerifyRegistryArgs, judged};
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::config::Background;
+use super::config::BackgroundArgs;
 use super::election::Election;
 use super::tasks;
 use crate::allowlist::Allowlist;
@@ -27,7 +27,7 @@ use crate::policy::{Policy, Verdict};
 
 /// What the background audit reads and judges with.
 pub struct Inputs {
-    pub flags: Background,
+    pub flags: BackgroundArgs,
     pub settings: Settings,
     pub policy: Policy,
     /// Every allowlist the supply puts in force: each one is audited.
@@ -120,7 +120,7 @@ async fn owner_reference(connection: &Connection, name: &str, metrics: &AuditMet
 /// What every run reads and writes with.
 struct Auditor<'a> {
     connection: &'a Connection,
-    flags: &'a Background,
+    flags: &'a BackgroundArgs,
     writes: Writes,
     policy: &'a Policy,
     metrics: &'a AuditMetrics,

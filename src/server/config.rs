@@ -1,7 +1,7 @@
 //! `serve`'s flags, and the inputs it is started with.
 //!
 //! The flags are clap's alone: their defaults are declared once, in the
-//! attributes, and [`Config::default`] is what `digest-gate serve` with
+//! attributes, and [`ServerArgs::default`] is what `digest-gate serve` with
 //! no flag parses to. What the command line makes of other flags (the TLS
 //! files `--dev` generates, the allowlist paths, the decision settings) is
 //! an [`Inputs`], passed to [`start`](super::start) beside the flags.
@@ -16,7 +16,7 @@ use crate::policy::Policy;
 
 /// `serve`'s own flags.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
-pub struct Config {
+pub struct ServerArgs {
     /// Webhook (TLS) address.
     #[arg(long, env = "DIGEST_GATE_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
@@ -70,9 +70,9 @@ pub struct Config {
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
-    pub audit: Background,
+    pub audit: BackgroundArgs,
     #[command(flatten)]
-    pub verify: super::verify::VerifyFlags,
+    pub verify: super::verify::BackgroundVerifyArgs,
 }
 
 /// What `serve` is started with besides its flags.
@@ -116,7 +116,7 @@ impl Bound {
     }
 }
 
-impl Default for Config {
+impl Default for ServerArgs {
     /// What `digest-gate serve` parses to with no flag and no
     /// `DIGEST_GATE_*` variable: a library caller's environment is not its
     /// input.
@@ -145,7 +145,7 @@ fn parse_reload_interval(s: &str) -> Result<Duration, String> {
 
 /// The background audit's flags.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
-pub struct Background {
+pub struct BackgroundArgs {
     /// Audit the cluster this often in the background, e.g. 10m; also after
     /// every allowlist reload. 0 turns it off.
     #[arg(long = "audit-interval", env = "DIGEST_GATE_AUDIT_INTERVAL", default_value = "0s",
@@ -207,14 +207,14 @@ mod tests {
     #[derive(Parser)]
     struct Serve {
         #[command(flatten)]
-        config: Config,
+        config: ServerArgs,
     }
 
     #[test]
     fn the_defaults_are_what_serve_parses_to() {
         let parsed = Serve::try_parse_from(["serve"]).unwrap().config;
-        assert_eq!(parsed, Config::default());
-        let c = Config::default();
+        assert_eq!(parsed, ServerArgs::default());
+        let c = ServerArgs::default();
         assert_eq!(c.listen, SocketAddr::from(([0, 0, 0, 0], 8443)));
         assert_eq!(c.admin_listen, SocketAddr::from(([0, 0, 0, 0], 8080)));
         assert_eq!((c.max_body_bytes, c.max_connections), (8 * 1024 * 1024, 1024));

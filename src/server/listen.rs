@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::config::Config;
+use super::config::ServerArgs;
 use super::gate::{Gate, Limits, Ticket};
 use crate::metrics::{ConnectionMetrics, Eviction};
 
@@ -49,7 +49,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn of(config: &Config) -> Self {
+    pub fn of(config: &ServerArgs) -> Self {
         Self {
             request_timeout: config.request_timeout,
             handshake_timeout: config.handshake_timeout,

@@ -42,7 +42,7 @@ use rustls::crypto::CryptoProvider;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Background, Bound, Config, Inputs};
+pub use config::{BackgroundArgs, Bound, Inputs, ServerArgs};
 pub use http::{admin_router, webhook_router};
 pub use listen::serve_tls;
 pub use state::{Readiness, State};
@@ -143,7 +143,7 @@ impl Running {
 /// `digest-gate serve` to the end: a runtime, [`start`], and the signals
 /// (SIGTERM or SIGINT drains; a second one exits at once with 1). Returns
 /// the process exit code.
-pub fn run(config: Config, inputs: Inputs) -> u8 {
+pub fn run(config: ServerArgs, inputs: Inputs) -> u8 {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -195,7 +195,7 @@ async fn wait_for_signal() {
 /// Loads the certificate and the allowlist, binds both ports, and starts
 /// serving and the background tasks. Fails fast on anything unusable: a
 /// webhook that starts without its inputs would only deny everything.
-pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerError> {
+pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, ServerError> {
     alloc::map_large_blocks();
     let metrics = if config.verify.verify_registry {
         Metrics::verifying()
@@ -271,7 +271,7 @@ pub async fn start(config: Config, inputs: Inputs) -> Result<Running, ServerErro
 /// (with `--audit-interval`), each with the handles it uses; returns the
 /// audit's thread, which a stop joins.
 fn spawn_background(
-    config: &Config,
+    config: &ServerArgs,
     state: &State,
     supply: &Supply,
     stop: &CancellationToken,
@@ -295,7 +295,7 @@ fn spawn_background(
 /// The serving key pair, loaded and exported (its expiry), the reloader
 /// that keeps it current, and the TLS acceptor that serves it.
 fn serving_key(
-    config: &Config,
+    config: &ServerArgs,
     inputs: &Inputs,
     metrics: &ReloadMetrics,
 ) -> Result<(Certificate, TlsAcceptor), ServerError> {

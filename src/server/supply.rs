@@ -60,20 +60,6 @@ pub fn usable(loaded: &Loaded, policy: &Policy) -> Result<(), SupplyError> {
     Ok(())
 }
 
-/// Loads allowlist sources and then the installed CSVs, as one allowlist:
-/// what the supply puts in force (from the files, read as they are
-/// parsed), and what `/validate-allowlist` checks an edit by.
-pub fn merge<T: Input>(
-    sources: &[T],
-    installed: Option<&[Source]>,
-    policy: &Policy,
-) -> Result<Loaded, LoadErrors> {
-    allowlist::load_sources_with(
-        allowlist::inputs(sources).chain(allowlist::inputs(installed.unwrap_or_default())),
-        &policy.catalog,
-    )
-}
-
 /// Whether an edit of the allowlist (`sources`, the ConfigMap under
 /// review) would be put in force, merged with the installed CSVs as the
 /// supply merges them.
@@ -148,14 +134,15 @@ impl Files {
     }
 }
 
-/// [`merge`], then [`usable`] unless still `waiting` for the CSVs.
+/// [`allowlist::load_with_installed`], then [`usable`] unless still
+/// `waiting` for the CSVs.
 fn load<T: Input>(
     files: &[T],
     installed: Option<&[Source]>,
     policy: &Policy,
     waiting: bool,
 ) -> Result<Loaded, SupplyError> {
-    let loaded = merge(files, installed, policy)?;
+    let loaded = allowlist::load_with_installed(files, installed.unwrap_or_default(), &policy.catalog)?;
     if !waiting {
         usable(&loaded, policy)?;
     }
@@ -425,15 +412,18 @@ mod tests {
             },
             ..Policy::default()
         };
-        let all = merge(&files, None, &with(&[])).unwrap();
+        let all = allowlist::load_with_installed(&files, &[], &with(&[]).catalog).unwrap();
         assert_eq!(all.allowlist.repository_count(), 107);
         // Another package (foo lists its images by tag only): nothing
         // promoted, which a reload refuses; a package no catalog has is an
         // error of the allowlist.
-        assert!(merge(&files, None, &with(&["bar"])).is_err());
+        assert!(allowlist::load_with_installed(&files, &[], &with(&["bar"]).catalog).is_err());
         let other = with(&["foo"]);
         assert_eq!(
-            merge(&files, None, &other).unwrap().allowlist.repository_count(),
+            allowlist::load_with_installed(&files, &[], &other.catalog)
+                .unwrap()
+                .allowlist
+                .repository_count(),
             0
         );
         assert!(matches!(

@@ -25,7 +25,7 @@ use crate::registry::{RegistryArgs, client, verify};
 
 /// `serve`'s verification flags.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
-pub struct VerifyFlags {
+pub struct BackgroundVerifyArgs {
     /// Verify the allowlist's promoted digests against their registries in
     /// the background, and deny a rewrite to one that cannot be pulled.
     #[arg(long = "verify-registry", env = "DIGEST_GATE_VERIFY_REGISTRY")]
@@ -62,7 +62,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 /// Starts the verification thread. `poll` is how often the credentials
 /// and CA files are looked at (the reload interval).
 pub fn spawn(
-    flags: VerifyFlags,
+    flags: BackgroundVerifyArgs,
     allowlists: watch::Receiver<Arc<Allowlist>>,
     published: Arc<ArcSwap<Published>>,
     metrics: VerifyMetrics,
@@ -92,7 +92,7 @@ enum Round {
 }
 
 struct Verifier {
-    flags: VerifyFlags,
+    flags: BackgroundVerifyArgs,
     metrics: VerifyMetrics,
     known: HashMap<(String, String), Known>,
     /// The contents of the credentials and CA files the last round used.
@@ -244,7 +244,7 @@ impl Verifier {
 
 /// What the credentials and CA files hold now (an unreadable one counts as
 /// its error, so its return is a change too).
-fn files_fingerprint(flags: &VerifyFlags) -> u64 {
+fn files_fingerprint(flags: &BackgroundVerifyArgs) -> u64 {
     let contents: Vec<_> = flags
         .registry
         .files()

@@ -272,8 +272,8 @@ pub fn ready_state() -> Arc<digest_gate::server::State> {
 }
 
 /// `serve`'s defaults, listening on ephemeral loopback ports.
-pub fn loopback_config() -> digest_gate::server::Config {
-    digest_gate::server::Config {
+pub fn loopback_config() -> digest_gate::server::ServerArgs {
+    digest_gate::server::ServerArgs {
         listen: "127.0.0.1:0".parse().unwrap(),
         admin_listen: "127.0.0.1:0".parse().unwrap(),
         ..Default::default()
@@ -284,7 +284,7 @@ pub fn loopback_config() -> digest_gate::server::Config {
 /// PKI and the example allowlist; `tune` adjusts the configuration.
 pub async fn start_server(
     name: &str,
-    tune: impl FnOnce(&mut digest_gate::server::Config),
+    tune: impl FnOnce(&mut digest_gate::server::ServerArgs),
 ) -> (digest_gate::server::Running, Pki) {
     let dir = scratch(name);
     let pki = Pki::new(&format!("{name} CA"));

@@ -1,0 +1,283 @@
+//! `digest-gate audit` and `digest-gate cleanup`: their flags, and the
+//! runs against a cluster.
+
+use clap::Args;
+
+use super::args::{ConnectionArgs, Output, PolicyArgs};
+use super::{client_runtime, judged_by, missing_allowlist, output_format, print_out, report_writer};
+use crate::allowlist;
+use crate::audit;
+use crate::judge;
+use crate::output;
+use crate::registry::{self, Learned, Round, VerifyRegistryArgs};
+use crate::report;
+
+/// `digest-gate cleanup`.
+#[derive(Debug, Args)]
+pub struct CleanupArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// Only what this ClusterRole owns: what the background audit of the
+    /// release whose audit role it is wrote (`serve --audit-owner`).
+    #[arg(long, env = "DIGEST_GATE_OWNER", value_name = "CLUSTERROLE")]
+    pub owner: Option<String>,
+}
+
+/// `digest-gate audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// Namespace to read (repeatable; default: the context's namespace).
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        env = "DIGEST_GATE_NAMESPACE",
+        value_delimiter = ',',
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
+    /// Read every namespace, and the cluster-scoped kinds.
+    #[arg(short = 'A', long, env = "DIGEST_GATE_ALL_NAMESPACES")]
+    pub all_namespaces: bool,
+    /// Only objects matching this label selector, e.g. app=ovms.
+    #[arg(
+        short = 'l',
+        long = "selector",
+        env = "DIGEST_GATE_SELECTOR",
+        value_name = "SELECTOR"
+    )]
+    pub selector: Option<String>,
+    /// Only namespaces matching this label selector (implies -A), e.g.
+    /// modelmesh-enabled=true.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_NAMESPACE_SELECTOR",
+        value_name = "SELECTOR",
+        conflicts_with = "namespaces"
+    )]
+    pub namespace_selector: Option<String>,
+    /// Only these kinds (comma-separated, e.g. Pod,ServingRuntime); each must
+    /// be served and readable. Default: every kind digest-gate reads that
+    /// the cluster serves.
+    #[arg(long, env = "DIGEST_GATE_KINDS", value_delimiter = ',', value_name = "KIND")]
+    pub kinds: Vec<String>,
+    /// Name the namespaces read that carry this label (the chart's break
+    /// glass: the webhook does not review them). Empty: do not look.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_BREAK_GLASS_LABEL",
+        value_name = "LABEL",
+        default_value = audit::BREAK_GLASS_LABEL
+    )]
+    pub break_glass_label: String,
+    /// Report format.
+    #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Write the results as wgpolicyk8s.io/v1alpha2 PolicyReports (one per
+    /// namespace, named digest-gate) and a ClusterPolicyReport. A report
+    /// speaks for everything in its namespace, so this cannot be narrowed
+    /// with -l or --kinds.
+    #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS", conflicts_with_all = ["selector", "kinds"])]
+    pub policy_reports: bool,
+    /// With --policy-reports: list passing (and exempted) results too, one
+    /// per image. Without it a report lists what needs action (fail, warn)
+    /// and its summary counts the rest: on a big cluster the passes are
+    /// most of the report and of what etcd stores.
+    #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS_PASSES", requires = "policy_reports")]
+    pub policy_reports_passes: bool,
+    /// Write a Warning Event (reason UnpromotedImage) on each object with a
+    /// finding, once per finding.
+    #[arg(long, env = "DIGEST_GATE_EVENTS")]
+    pub events: bool,
+    #[command(flatten)]
+    pub csvs: audit::installed::CsvArgs,
+    /// With --registry and without --platform, the nodes' platforms are
+    /// read from their labels (`list nodes`).
+    #[command(flatten)]
+    pub verify: VerifyRegistryArgs,
+}
+
+pub(super) fn run(args: &AuditArgs) -> u8 {
+    if args.policy.allowlist.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
+        missing_allowlist();
+    }
+    let kinds = match kinds(&args.kinds) {
+        Ok(k) => k,
+        Err(code) => return code,
+    };
+    let files = match allowlist::open_files(&args.policy.allowlist.allowlists) {
+        Ok(s) => s,
+        Err(errors) => {
+            eprintln!("error: the allowlist cannot be used:\n{errors}");
+            return 2;
+        }
+    };
+    let Some(runtime) = client_runtime() else {
+        return 2;
+    };
+    let Some(mut writer) = report_writer(output_format(args.output, false), std::io::stdout()) else {
+        return 2;
+    };
+    let policy = args.policy.policy();
+    let writes = audit::Writes {
+        policy_reports: args.policy_reports,
+        passes: args.policy_reports_passes,
+        events: args.events,
+        owner: None,
+    };
+    let result = runtime.block_on(async {
+        let connection = audit::Connection::open(&args.connection.settings())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut installed = Vec::new();
+        for csvs in &args.csvs.allowlist_csv {
+            let read = audit::installed::read(&connection, csvs).await;
+            installed.extend(read.map_err(|f| f.message().to_owned())?);
+        }
+        let loaded = allowlist::load_with_installed(&files, &installed, &policy.catalog)
+            .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+        judged_by(&policy, &loaded.allowlist)?;
+        let target = audit::Target {
+            scope: scope(args, &connection),
+            label_selector: args.selector.clone(),
+            kinds: (!kinds.is_empty()).then_some(kinds),
+            break_glass_label: Some(args.break_glass_label.clone()),
+        };
+        // With --registry the first pass only learns what will run: its
+        // reports go nowhere and it writes nothing.
+        let (mut nowhere, nothing) = (output::Writer::discard(), audit::Writes::default());
+        let pass = async |round: Round<'_>| {
+            let (learn, published, writes, out) = match round {
+                Round::Learn => (true, None, &nothing, &mut nowhere),
+                Round::Judge(published) => (false, published, &writes, &mut writer),
+            };
+            let rules = judge::Rules {
+                policy: &policy,
+                allowlist: &loaded.allowlist,
+                published,
+            };
+            audit::run(&connection, &target, rules, learn, writes, Some(out))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let mut found = registry::judged(&args.verify, Some(&connection), &loaded.allowlist, pass).await?;
+        // Results were written out as they were judged: what cannot be
+        // written now ends the report as its errors.
+        if found.stopped.is_none()
+            && let Err(e) = audit::write(&connection, &mut found, &writes).await
+        {
+            found.report.errors.push(e.to_string());
+        }
+        Ok::<_, String>((connection, found))
+    });
+    let (connection, mut found) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    found.report.notes.push(read_note(&connection, &found));
+    let _ = writer.finish(&mut found.report, None);
+    report::exit_code(&found.report)
+}
+
+/// What an audit read, and from where.
+fn read_note(connection: &audit::Connection, found: &audit::Audit) -> String {
+    let read: Vec<String> = found.read.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
+    format!(
+        "read from {} (context \"{}\"): {}",
+        connection.server,
+        connection.context,
+        if read.is_empty() {
+            "nothing".to_owned()
+        } else {
+            read.join(", ")
+        }
+    )
+}
+
+impl Learned for audit::Audit {
+    fn will_run(&self) -> &std::collections::BTreeSet<(String, String)> {
+        &self.will_run
+    }
+}
+
+/// The kinds `--kinds` names, or exit code 2 with what it may name.
+fn kinds(names: &[String]) -> Result<Vec<&'static crate::objects::Kind>, u8> {
+    names
+        .iter()
+        .map(|name| {
+            crate::objects::kinds::named(name).map_err(|e| {
+                eprintln!("error: --kinds: {e}");
+                2
+            })
+        })
+        .collect()
+}
+
+/// The namespaces `audit`'s flags name: all (`-A`, or a selector), those
+/// given, or the context's.
+fn scope(args: &AuditArgs, connection: &audit::Connection) -> audit::Scope {
+    if args.all_namespaces || args.namespace_selector.is_some() {
+        audit::Scope::All {
+            namespace_selector: args.namespace_selector.clone(),
+        }
+    } else if args.namespaces.is_empty() {
+        audit::Scope::Namespaces(vec![connection.namespace.clone()])
+    } else {
+        // `-n a -n a` reads a once.
+        let mut given: Vec<String> = Vec::new();
+        for ns in &args.namespaces {
+            if !given.contains(ns) {
+                given.push(ns.clone());
+            }
+        }
+        audit::Scope::Namespaces(given)
+    }
+}
+
+pub(super) fn run_cleanup(args: &CleanupArgs) -> u8 {
+    let Some(runtime) = client_runtime() else {
+        return 2;
+    };
+    let result = runtime.block_on(async {
+        let connection = audit::Connection::open(&args.connection.settings())
+            .await
+            .map_err(|e| e.to_string())?;
+        let uid = match &args.owner {
+            Some(name) => Some(
+                audit::write::cluster_role_uid(&connection, name)
+                    .await
+                    .map_err(|f| f.message().to_owned())?,
+            ),
+            None => None,
+        };
+        let removed = audit::write::remove(&connection, uid.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((connection, removed))
+    });
+    let (connection, removed) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    for e in &removed.errors {
+        eprintln!("error: {e}");
+    }
+    let whose = args
+        .owner
+        .as_ref()
+        .map_or(String::new(), |o| format!(" owned by ClusterRole \"{o}\""));
+    print_out(&format!(
+        "deleted {} policy reports and {} events{whose} from {} (context \"{}\")\n",
+        removed.reports, removed.events, connection.server, connection.context
+    ));
+    if removed.errors.is_empty() { 0 } else { 2 }
+}
