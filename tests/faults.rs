@@ -1,6 +1,6 @@
 //! Faults injected into a running server: the admin port going away, and a
 //! drain under sustained load. (Certificate and allowlist rotation, garbage
-//! and deleted files are in tests/server.rs.)
+//! and deleted files are in tests/server/tls.rs and reload.rs.)
 
 mod common;
 
