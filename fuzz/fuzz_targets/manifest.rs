@@ -2,7 +2,8 @@
 //! panic, and `--fix` output re-reads to the same documents but for images.
 #![no_main]
 
-use digest_gate::check::{self, Input};
+use digest_gate::check::{self, Manifest, Pass, Sources};
+use digest_gate::judge::Rules;
 use digest_gate::policy::Policy;
 use libfuzzer_sys::fuzz_target;
 
@@ -12,9 +13,15 @@ use common::allowlist;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let input = Input { name: "fuzz.yaml".into(), text: text.into() };
-    let outcome = check::check(&[input], allowlist(), &Policy::default(), true);
+    let sources = Sources::from(vec![Manifest::text("fuzz.yaml", text)]);
+    let policy = Policy::default();
+    let rules = Rules {
+        policy: &policy,
+        allowlist: allowlist(),
+        published: None,
+    };
+    let outcome = check::check(&sources, rules, Pass::Fix, None);
     for fixed in &outcome.fixed {
-        let _ = digest_gate::yaml::parse_stream(&fixed.text);
+        let _ = digest_gate::yaml::parse_stream(&fixed.text());
     }
 });
