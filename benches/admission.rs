@@ -187,11 +187,16 @@ fn bench_review_response(c: &mut Criterion) {
         ("servingruntime_allow", promoted_sr),
         ("servingruntime_rewrite", rewrite_sr),
     ] {
+        let rules = digest_gate::judge::Rules {
+            policy: &policy,
+            allowlist: &list,
+            published: None,
+        };
         let body = review_body(&object);
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(name, |b| {
             b.iter(|| {
-                admission::answer(Endpoint::Mutate, black_box(&body), &policy, &list, None)
+                admission::answer(Endpoint::Mutate, black_box(&body), rules)
                     .unwrap()
                     .body
                     .len()

@@ -223,29 +223,66 @@ pub enum Unjudged {
     Finalizing,
 }
 
+/// What a review asks to do, as the apiserver names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation<'a> {
+    Create,
+    Update,
+    Delete,
+    Connect,
+    /// A name the contract does not have.
+    Unknown(&'a str),
+}
+
+impl<'a> Operation<'a> {
+    /// The operation `wire` names (`CREATE`, `UPDATE`, …).
+    pub fn of(wire: &'a str) -> Self {
+        match wire {
+            "CREATE" => Self::Create,
+            "UPDATE" => Self::Update,
+            "DELETE" => Self::Delete,
+            "CONNECT" => Self::Connect,
+            other => Self::Unknown(other),
+        }
+    }
+
+    /// Its wire name.
+    pub fn as_str(self) -> &'a str {
+        match self {
+            Self::Create => "CREATE",
+            Self::Update => "UPDATE",
+            Self::Delete => "DELETE",
+            Self::Connect => "CONNECT",
+            Self::Unknown(other) => other,
+        }
+    }
+}
+
 /// What a review of `operation` on `object` (and `old`) asks.
-pub fn asked<'a>(operation: &str, object: Option<&'a Value>, old: Option<&'a Value>) -> Asked<'a> {
+pub fn asked<'a>(operation: Operation<'_>, object: Option<&'a Value>, old: Option<&'a Value>) -> Asked<'a> {
+    use Operation::{Connect, Create, Delete, Unknown, Update};
     match (operation, object) {
-        ("CREATE" | "UPDATE", Some(Value::Object(o)))
+        (Create | Update, Some(Value::Object(o)))
             if o.get("metadata")
                 .and_then(|m| m.get("deletionTimestamp"))
                 .is_some_and(|t| !t.is_null()) =>
         {
             Asked::Unjudged(Unjudged::Finalizing)
         }
-        ("CREATE" | "UPDATE", Some(object @ Value::Object(_))) => Asked::Judge {
+        (Create | Update, Some(object @ Value::Object(_))) => Asked::Judge {
             object,
-            old: old.filter(|_| operation == "UPDATE"),
+            old: old.filter(|_| operation == Update),
         },
-        ("CREATE" | "UPDATE", Some(other)) => Asked::Unanswerable(format!(
+        (Create | Update, Some(other)) => Asked::Unanswerable(format!(
             "request.object must be a JSON object, found {}",
             crate::yaml::type_name(other)
         )),
-        ("CREATE" | "UPDATE", None) => {
-            Asked::Unanswerable(format!("a {operation} review must carry request.object"))
-        }
-        ("DELETE" | "CONNECT", _) => Asked::Unjudged(Unjudged::Operation),
-        (other, _) => Asked::Unanswerable(format!(
+        (Create | Update, None) => Asked::Unanswerable(format!(
+            "a {} review must carry request.object",
+            operation.as_str()
+        )),
+        (Delete | Connect, _) => Asked::Unjudged(Unjudged::Operation),
+        (Unknown(other), _) => Asked::Unanswerable(format!(
             "operation '{other}' is not one digest-gate knows (CREATE, UPDATE, DELETE, CONNECT)"
         )),
     }

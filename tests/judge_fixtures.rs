@@ -112,12 +112,15 @@ fn upstream_runtimes_rewrite_and_settle() {
                 continue;
             }
             assert_eq!(r.verdict, ObjectVerdict::Rewrite, "{name}: {:?}", r.images);
-            let ops = Rendered::of(&r, &object).patch(true);
+            let (ops, _) = Rendered::of(&r, &object).take_patch(true).unwrap();
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &ops).unwrap();
             let again = judge::judge(&patched, None, &Policy::default(), &list);
             assert_eq!(again.verdict, ObjectVerdict::Allow, "{name}");
-            assert!(Rendered::of(&again, &patched).patch(true).is_empty(), "{name}");
+            assert!(
+                Rendered::of(&again, &patched).take_patch(true).is_none(),
+                "{name}"
+            );
             let note = patched["metadata"]["annotations"][REWRITTEN_ANNOTATION]
                 .as_str()
                 .unwrap();

@@ -13,8 +13,9 @@ use common::allowlist;
 
 fuzz_target!(|data: &[u8]| {
     let policy = Policy::default();
+    let rules = digest_gate::judge::Rules { policy: &policy, allowlist: allowlist(), published: None };
     for endpoint in [Endpoint::Mutate, Endpoint::Validate] {
-        let Ok(answer) = admission::answer(endpoint, data, &policy, allowlist(), None) else { continue };
+        let Ok(answer) = admission::answer(endpoint, data, rules) else { continue };
         let v: serde_json::Value = serde_json::from_slice(&answer.body).expect("answers are JSON");
         assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
         let Some(patch) = v["response"]["patch"].as_str() else { continue };
@@ -28,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         // a body it answered may still be one a strict parser refuses.
         let Ok(mut review) = serde_json::from_slice::<serde_json::Value>(data) else { continue };
         json_patch::patch(&mut review["request"]["object"], &ops).expect("the patch applies");
-        let again = admission::answer(endpoint, &serde_json::to_vec(&review).unwrap(), &policy, allowlist(), None).unwrap();
+        let again = admission::answer(endpoint, &serde_json::to_vec(&review).unwrap(), rules).unwrap();
         let again: serde_json::Value = serde_json::from_slice(&again.body).unwrap();
         assert!(again["response"].get("patch").is_none(), "a patched object needs no second patch");
     }

@@ -9,18 +9,17 @@
 //! instead of a denial the developer can read. The fields below are the
 //! contract's; tests check every one the apiserver reads.
 
+mod wire;
+
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::allowlist::{self, Allowlist, Source};
-use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
-use crate::objects;
-use crate::policy::{Mode, Policy, PromotedBy, Reason, Verdict};
-use crate::published::Published;
-use crate::text;
+use crate::allowlist::{self, Source};
+use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict, Operation};
+use crate::policy::{Mode, PromotedBy, Reason};
+use wire::{Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, decode};
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -28,10 +27,6 @@ pub mod render;
 
 use render::Rendered;
 pub use render::{MAX_WARNING_LEN, REWRITTEN_ANNOTATION};
-/// Warnings beyond this many are summarised in one.
-const MAX_WARNINGS: usize = 16;
-/// Denied images listed in one message before "and N more".
-const MAX_DENIALS_LISTED: usize = 8;
 
 /// Which webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
@@ -78,115 +73,6 @@ impl BadReview {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewIn<O> {
-    api_version: Option<String>,
-    kind: Option<String>,
-    request: Option<RequestIn<O>>,
-}
-
-#[derive(Deserialize)]
-struct GroupVersionKind {
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    kind: String,
-}
-
-/// A review's request, its objects decoded as `O`: pruned to what the
-/// walkers read ([`ObjectIn`]) for the image reviews, whole for the
-/// allowlist check.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestIn<O = ObjectIn> {
-    uid: String,
-    kind: GroupVersionKind,
-    #[serde(default)]
-    sub_resource: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    operation: String,
-    #[serde(default = "none")]
-    object: Option<O>,
-    #[serde(default = "none")]
-    old_object: Option<O>,
-    #[serde(default)]
-    dry_run: Option<bool>,
-}
-
-/// An object decoded with only what the walkers read (see
-/// [`objects::OBJECT`]): a pod's env, probes and managedFields are skipped
-/// without being allocated, which is most of a review's decoding cost.
-struct ObjectIn(Value);
-
-/// Serde's `default` for an optional field of a generic type.
-fn none<O>() -> Option<O> {
-    None
-}
-
-/// What [`encode`] reads of a decoded object.
-trait Decoded {
-    fn value(&self) -> &Value;
-}
-
-impl Decoded for ObjectIn {
-    fn value(&self) -> &Value {
-        &self.0
-    }
-}
-
-impl Decoded for Value {
-    fn value(&self) -> &Value {
-        self
-    }
-}
-
-impl<'de> Deserialize<'de> for ObjectIn {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::DeserializeSeed;
-        objects::Pruned(&objects::OBJECT)
-            .deserialize(deserializer)
-            .map(ObjectIn)
-    }
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    audit_annotations: BTreeMap<String, String>,
-}
-
-/// `metav1.Status` as the apiserver reads it from a denial.
-#[derive(Serialize)]
-struct StatusOut {
-    status: &'static str,
-    code: u16,
-    reason: &'static str,
-    message: String,
-}
-
 /// The answer to one review, with what logs and metrics need.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -209,39 +95,10 @@ pub struct Answer {
     pub promoted_by: Vec<PromotedBy>,
 }
 
-/// Decodes a review, judges it, and encodes the answer.
-pub fn answer(
-    endpoint: Endpoint,
-    body: &[u8],
-    policy: &Policy,
-    allowlist: &Allowlist,
-    published: Option<&Published>,
-) -> Result<Answer, BadReview> {
+/// Decodes a review, judges it by `rules`, and encodes the answer.
+pub fn answer(endpoint: Endpoint, body: &[u8], rules: judge::Rules<'_>) -> Result<Answer, BadReview> {
     let request: RequestIn = decode(body)?;
-    let rules = judge::Rules {
-        policy,
-        allowlist,
-        published,
-    };
     Ok(judge(endpoint, &request, rules))
-}
-
-/// Decodes an `admission.k8s.io/v1` AdmissionReview's request.
-fn decode<O: serde::de::DeserializeOwned>(body: &[u8]) -> Result<RequestIn<O>, BadReview> {
-    let review: ReviewIn<O> = serde_json::from_slice(body).map_err(|e| explain_decode_error(body, e))?;
-    match review.api_version.as_deref() {
-        Some(API_VERSION) => {}
-        other => return Err(BadReview::ApiVersion(other.unwrap_or("").to_owned())),
-    }
-    match review.kind.as_deref() {
-        Some("AdmissionReview") => {}
-        other => return Err(BadReview::Kind(other.unwrap_or("").to_owned())),
-    }
-    let request = review.request.ok_or(BadReview::NoRequest)?;
-    if request.uid.is_empty() {
-        return Err(BadReview::NoUid);
-    }
-    Ok(request)
 }
 
 /// Decodes the review of an allowlist ConfigMap (labelled
@@ -255,8 +112,9 @@ pub fn answer_allowlist<E: std::fmt::Display>(
     check: impl FnOnce(&[Source]) -> Result<(), E>,
 ) -> Result<Answer, BadReview> {
     let request: RequestIn<Value> = decode(body)?;
-    let response = match (request.operation.as_str(), request.object.as_ref()) {
-        ("CREATE" | "UPDATE", Some(Value::Object(object))) => {
+    let operation = Operation::of(&request.operation);
+    let response = match (operation, request.object.as_ref()) {
+        (Operation::Create | Operation::Update, Some(Value::Object(object))) => {
             let checked = match allowlist::configmap_sources(object) {
                 Ok(sources) => check(&sources).map_err(|e| e.to_string()),
                 Err(errors) => Err(errors.to_string()),
@@ -275,7 +133,7 @@ pub fn answer_allowlist<E: std::fmt::Display>(
                 ),
             }
         }
-        ("CREATE" | "UPDATE", _) => Response::refuse(
+        (Operation::Create | Operation::Update, _) => Response::refuse(
             400,
             "BadRequest",
             format!(
@@ -287,24 +145,6 @@ pub fn answer_allowlist<E: std::fmt::Display>(
         _ => Response::allow(ObjectVerdict::Allow),
     };
     Ok(encode(&request, response))
-}
-
-/// A review that does not decode may simply be another version (v1beta1
-/// requests differ in shape); say so rather than name a missing field.
-fn explain_decode_error(body: &[u8], error: serde_json::Error) -> BadReview {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Head {
-        api_version: Option<String>,
-        kind: Option<String>,
-    }
-    match serde_json::from_slice::<Head>(body) {
-        Ok(Head {
-            api_version: Some(v), ..
-        }) if v != API_VERSION => BadReview::ApiVersion(v),
-        Ok(Head { kind: Some(k), .. }) if k != "AdmissionReview" => BadReview::Kind(k),
-        _ => BadReview::Decode(error.to_string()),
-    }
 }
 
 /// What to send back, before encoding.
@@ -350,7 +190,7 @@ impl Response {
 fn judge(endpoint: Endpoint, request: &RequestIn, rules: judge::Rules<'_>) -> Answer {
     let object = request.object.as_ref().map(|o| &o.0);
     let old = request.old_object.as_ref().map(|o| &o.0);
-    let response = match judge::asked(&request.operation, object, old) {
+    let response = match judge::asked(Operation::of(&request.operation), object, old) {
         judge::Asked::Judge { object, old } => {
             let subject = judge::Subject {
                 group: &request.kind.group,
@@ -376,23 +216,22 @@ fn judge(endpoint: Endpoint, request: &RequestIn, rules: judge::Rules<'_>) -> An
 fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement, object: &Value) -> Response {
     let mut out = match (endpoint, j.verdict) {
         (_, ObjectVerdict::Skipped) => return Response::allow(ObjectVerdict::Skipped),
-        (_, ObjectVerdict::Allow) if j.mode == Mode::Audit => audit(&j, &Rendered::of(&j, object)),
+        (_, ObjectVerdict::Allow) if j.mode == Mode::Audit => {
+            let mut out = Response::allow(ObjectVerdict::Allow);
+            out.audit = Rendered::of(&j, object).audit_annotations(&j);
+            out.warnings = render::warnings(&j);
+            out
+        }
         (_, ObjectVerdict::Allow) => Response::allow(ObjectVerdict::Allow),
         (Endpoint::Mutate, ObjectVerdict::Rewrite) => {
             let mut out = Response::allow(ObjectVerdict::Rewrite);
-            out.warnings = warnings(&j);
+            out.warnings = render::warnings(&j);
             let mut rendered = Rendered::of(&j, object);
-            // Moved out, not copied: the annotation's text is the largest
-            // part of a rewrite answer.
-            if let Some(r) = rendered.rewriting.take() {
-                let mut ops = r.ops;
-                // A subresource update cannot change metadata.
-                if request.sub_resource.is_none() {
-                    ops.push(r.annotation);
-                }
+            // A subresource update cannot change metadata.
+            if let Some((ops, record)) = rendered.take_patch(request.sub_resource.is_none()) {
                 let patch = serde_json::to_vec(&ops).expect("patches serialise");
                 out.patch = Some(base64::engine::general_purpose::STANDARD.encode(patch));
-                out.audit.insert(rendered.audit_key("rewritten-images"), r.record);
+                out.audit.insert(rendered.audit_key("rewritten-images"), record);
             }
             out
         }
@@ -405,67 +244,17 @@ fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement, object: &Value
                     i.message()
                 )
             });
-            Response::refuse(403, "Forbidden", denial_message(messages.collect()))
+            Response::refuse(403, "Forbidden", render::denial(messages.collect()))
         }
         (_, ObjectVerdict::Deny) => Response::refuse(
             403,
             "Forbidden",
-            denial_message(j.denials().map(ImageJudgement::message).collect()),
+            render::denial(j.denials().map(ImageJudgement::message).collect()),
         ),
     };
     out.images = j.images.iter().map(|i| (i.verdict(), i.reason())).collect();
     out.promoted_by = j.promoted_by();
     out
-}
-
-/// Audit mode allows, and says what it would have done.
-fn audit(j: &Judgement, rendered: &Rendered) -> Response {
-    let mut out = Response::allow(ObjectVerdict::Allow);
-    let mut would_deny = serde_json::Map::new();
-    let mut would_rewrite = serde_json::Map::new();
-    for i in &j.images {
-        if let Some(to) = i.decision.finding.rewrite_to() {
-            would_rewrite.insert(i.site.path().into_owned(), Value::String(to.to_owned()));
-        } else if i.would_be() == Verdict::Deny {
-            would_deny.insert(i.site.path().into_owned(), Value::String(i.message()));
-        }
-    }
-    if !would_rewrite.is_empty() {
-        out.audit.insert(
-            rendered.audit_key("would-rewrite"),
-            Value::Object(would_rewrite).to_string(),
-        );
-    }
-    if !would_deny.is_empty() {
-        out.audit.insert(
-            rendered.audit_key("would-deny"),
-            Value::Object(would_deny).to_string(),
-        );
-    }
-    out.warnings = warnings(j);
-    out
-}
-
-/// The judgement's warnings, the last summarising what does not fit.
-fn warnings(j: &Judgement) -> Vec<String> {
-    let warnings = render::warnings(j);
-    if warnings.len() <= MAX_WARNINGS {
-        return warnings;
-    }
-    let (mut kept, more) = text::first(warnings, MAX_WARNINGS - 1);
-    kept.push(format!(
-        "digest-gate: and {more} more image(s); see the rewritten-images annotation"
-    ));
-    kept
-}
-
-fn denial_message(messages: Vec<String>) -> String {
-    let (listed, more) = text::first(messages, MAX_DENIALS_LISTED);
-    let mut joined = listed.join("; ");
-    if more > 0 {
-        joined.push_str(&format!("; and {more} more image(s)"));
-    }
-    joined
 }
 
 fn encode<O: Decoded>(request: &RequestIn<O>, response: Response) -> Answer {
@@ -514,7 +303,17 @@ fn encode<O: Decoded>(request: &RequestIn<O>, response: Response) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allowlist::Allowlist;
+    use crate::policy::Policy;
     use serde_json::json;
+
+    fn rules<'a>(policy: &'a Policy, allowlist: &'a Allowlist) -> judge::Rules<'a> {
+        judge::Rules {
+            policy,
+            allowlist,
+            published: None,
+        }
+    }
 
     use crate::testing::{BAD, GOOD, REPO};
 
@@ -543,7 +342,7 @@ mod tests {
     }
 
     fn response(endpoint: Endpoint, body: &[u8], policy: &Policy) -> (Answer, Value) {
-        let a = answer(endpoint, body, policy, &allowlist(), None).unwrap();
+        let a = answer(endpoint, body, rules(policy, &allowlist())).unwrap();
         let v: Value = serde_json::from_slice(&a.body).unwrap();
         assert_eq!(v["apiVersion"], API_VERSION);
         assert_eq!(v["kind"], "AdmissionReview");
@@ -760,7 +559,7 @@ mod tests {
     fn unusable_reviews_are_errors() {
         let p = Policy::default();
         let list = allowlist();
-        let bad = |body: &[u8]| answer(Endpoint::Mutate, body, &p, &list, None).unwrap_err();
+        let bad = |body: &[u8]| answer(Endpoint::Mutate, body, rules(&p, &list)).unwrap_err();
         assert!(matches!(bad(b"{"), BadReview::Decode(_)));
         assert!(matches!(bad(b"[]"), BadReview::Decode(_)));
         assert_eq!(
@@ -821,7 +620,7 @@ mod tests {
             }
             let body = serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request.clone()})).unwrap();
             let list = allowlist();
-            if let Ok(answer) = answer(Endpoint::Mutate, &body, &Policy::default(), &list, None) {
+            if let Ok(answer) = answer(Endpoint::Mutate, &body, rules(&Policy::default(), &list)) {
                 let v: Value = serde_json::from_slice(&answer.body).unwrap();
                 proptest::prop_assert_eq!(&v["apiVersion"], API_VERSION);
                 if let Some(p) = v["response"]["patch"].as_str() {
@@ -839,7 +638,7 @@ mod tests {
 
     fn answer_value(body: &[u8], list: &Allowlist) -> Value {
         serde_json::from_slice(
-            &answer(Endpoint::Mutate, body, &Policy::default(), list, None)
+            &answer(Endpoint::Mutate, body, rules(&Policy::default(), list))
                 .unwrap()
                 .body,
         )

@@ -3,7 +3,7 @@
 //! audit annotation keys that keep a reinvocation's answers apart. The
 //! judge decides and finds the fixes; this words and encodes them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
@@ -23,6 +23,10 @@ pub const REWRITTEN_ANNOTATION: &str = "digest-gate.dev/rewritten-images";
 /// apiserver's warning guidance recommends. (It only truncates, to 256
 /// runes each, once a response's warnings exceed 4,096 characters in all.)
 pub const MAX_WARNING_LEN: usize = 120;
+/// Warnings beyond this many are summarised in one.
+const MAX_WARNINGS: usize = 16;
+/// Denied images listed in one message before "and N more".
+const MAX_DENIALS_LISTED: usize = 8;
 
 /// What the mutating webhook sends for an object it rewrites.
 #[derive(Debug, Clone)]
@@ -73,17 +77,40 @@ impl Rendered {
         rendered
     }
 
-    /// The patch JSON of the rewrites: with the annotation, unless
-    /// `metadata` cannot change (a `pods/ephemeralcontainers` update).
-    pub fn patch(&self, with_annotation: bool) -> Vec<PatchOperation> {
-        let Some(r) = &self.rewriting else {
-            return Vec::new();
-        };
-        let mut ops = r.ops.clone();
+    /// The JSON Patch the mutating answer sends, and this invocation's
+    /// record (pointer → from/to, the `rewritten-images` audit annotation):
+    /// the image replacements, then the annotation unless `metadata` cannot
+    /// change (a `pods/ephemeralcontainers` update). Taken, not copied: the
+    /// record is the largest part of a rewrite answer.
+    pub fn take_patch(&mut self, with_annotation: bool) -> Option<(Vec<PatchOperation>, String)> {
+        let r = self.rewriting.take()?;
+        let mut ops = r.ops;
         if with_annotation {
-            ops.push(r.annotation.clone());
+            ops.push(r.annotation);
         }
-        ops
+        Some((ops, r.record))
+    }
+
+    /// What audit mode says it would have done, as audit annotations:
+    /// `would-rewrite` (pointer → promoted reference) and `would-deny`
+    /// (pointer → message), each when something would be.
+    pub fn audit_annotations(&self, j: &Judgement) -> BTreeMap<String, String> {
+        let mut would_deny = Map::new();
+        let mut would_rewrite = Map::new();
+        for i in &j.images {
+            if let Some(to) = i.decision.finding.rewrite_to() {
+                would_rewrite.insert(i.site.path().into_owned(), Value::String(to.to_owned()));
+            } else if i.would_be() == Verdict::Deny {
+                would_deny.insert(i.site.path().into_owned(), Value::String(i.message()));
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (base, found) in [("would-rewrite", would_rewrite), ("would-deny", would_deny)] {
+            if !found.is_empty() {
+                out.insert(self.audit_key(base), Value::Object(found).to_string());
+            }
+        }
+        out
     }
 
     /// An audit annotation key, unique to this invocation: `base` for the
@@ -97,10 +124,34 @@ impl Rendered {
     }
 }
 
-/// The warnings for `kubectl`, one per image that has one. Images whose
-/// labels read alike (the same container name in two runtimes of one
-/// ConfigMap) are told apart by their repository.
+/// The warnings for `kubectl`, one per image that has one, the last
+/// summarising what does not fit.
 pub fn warnings(j: &Judgement) -> Vec<String> {
+    let warnings = image_warnings(j);
+    if warnings.len() <= MAX_WARNINGS {
+        return warnings;
+    }
+    let (mut kept, more) = text::first(warnings, MAX_WARNINGS - 1);
+    kept.push(format!(
+        "digest-gate: and {more} more image(s); see the rewritten-images annotation"
+    ));
+    kept
+}
+
+/// A denial's message: the images' messages, the first few of them.
+pub fn denial(messages: Vec<String>) -> String {
+    let (listed, more) = text::first(messages, MAX_DENIALS_LISTED);
+    let mut joined = listed.join("; ");
+    if more > 0 {
+        joined.push_str(&format!("; and {more} more image(s)"));
+    }
+    joined
+}
+
+/// One warning per image that has one. Images whose labels read alike
+/// (the same container name in two runtimes of one ConfigMap) are told
+/// apart by their repository.
+fn image_warnings(j: &Judgement) -> Vec<String> {
     let labels: Vec<String> = j.images.iter().map(short_label).collect();
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for label in &labels {
@@ -349,7 +400,10 @@ mod tests {
 
     /// The patch a mutating answer sends.
     fn patch(j: &Judgement, object: &Value) -> Vec<PatchOperation> {
-        Rendered::of(j, object).patch(true)
+        Rendered::of(j, object)
+            .take_patch(true)
+            .map(|(ops, _)| ops)
+            .unwrap_or_default()
     }
 
     /// rhods-operator 1.21.0's CSV as the allowlist.

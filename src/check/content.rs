@@ -51,7 +51,11 @@ fn str_of(value: &Value) -> &str {
 fn review(value: &Value) -> Content<'_> {
     let request = &value["request"];
     let operation = str_of(&request["operation"]);
-    let (object, old) = match judge::asked(operation, request.get("object"), request.get("oldObject")) {
+    let (object, old) = match judge::asked(
+        judge::Operation::of(operation),
+        request.get("object"),
+        request.get("oldObject"),
+    ) {
         judge::Asked::Judge { object, old } => (object, old),
         judge::Asked::Unjudged(judge::Unjudged::Operation) => {
             return Content::Other(format!(

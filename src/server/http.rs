@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::state::State;
 use super::supply;
 use crate::admission::{self, Endpoint};
+use crate::judge;
 use crate::metrics::{self, RequestLabels, Timer};
 use crate::policy::PromotedBy;
 use crate::text::{self, Cut};
@@ -217,13 +218,12 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
     // Loaded only with --verify-registry: without it a review costs what
     // it did.
     let published = state.published.as_ref().map(|p| p.load());
-    let answered = admission::answer(
-        endpoint,
-        &body,
-        &state.policy,
-        &allowlist,
-        published.as_deref().map(|p| &**p),
-    );
+    let rules = judge::Rules {
+        policy: &state.policy,
+        allowlist: &allowlist,
+        published: published.as_deref().map(|p| &**p),
+    };
+    let answered = admission::answer(endpoint, &body, rules);
     answer(endpoint.as_str(), state, timer, answered)
 }
 
