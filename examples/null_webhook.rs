@@ -111,7 +111,7 @@ async fn main() {
     ));
     let tls_config = tls::server_config(store, None, provider).expect("TLS config");
     // The very listener `serve` runs, with serve's defaults.
-    let settings = server::listen::Settings::of(&ServerArgs::default());
+    let settings = server::listen::ListenSettings::of(&ServerArgs::default());
     let metrics = Metrics::new();
     let router = if args.iter().any(|a| a == "--uid-only") {
         Router::new()

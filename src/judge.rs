@@ -98,7 +98,7 @@ impl ImageJudgement {
     /// a digest: the rewrite target for a rewrite (or for the denial of one
     /// whose target cannot be pulled), the image as written when allowed.
     /// `None` for denials and for images pinned by tag only.
-    pub fn will_run(&self, allowlist: &Allowlist) -> Option<(String, String)> {
+    pub fn will_run(&self, allowlist: &Allowlist) -> Option<crate::reference::Pinned> {
         let reference = match &self.decision.finding {
             Finding::Rewrite { to, .. } | Finding::Deny(Denial::PromotedUnpullable { to, .. }) => to.as_str(),
             Finding::Promoted
@@ -109,7 +109,10 @@ impl ImageJudgement {
         };
         let r = crate::reference::parse(reference).ok()?;
         let repository = r.canonical_repository(allowlist.short_name_registry())?;
-        Some((repository.into_owned(), r.digest()?.to_owned()))
+        Some(crate::reference::Pinned {
+            repository: repository.into_owned(),
+            digest: r.digest()?.to_owned(),
+        })
     }
 
     /// The message for people: which container, which image, why, and what

@@ -639,6 +639,81 @@ impl AuditMetrics {
     }
 }
 
+// === registry verification ===
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: State,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TroubleLabels {
+    pub reason: Trouble,
+}
+
+/// `--verify-registry`: the allowlist's promoted digests by what their
+/// registries said, how long a verification took, and what stopped one.
+#[derive(Clone)]
+pub struct VerifyMetrics {
+    promoted_images: Family<StateLabels, Gauge>,
+    duration: Histogram,
+    errors: Family<TroubleLabels, Counter>,
+}
+
+impl VerifyMetrics {
+    fn register(r: &mut Registry) -> Self {
+        let errors = Family::<TroubleLabels, Counter>::default();
+        // Every reason present from the start, so a rate over it is
+        // defined before the first error.
+        for &reason in <Trouble as strum::VariantArray>::VARIANTS {
+            let _ = errors.get_or_create(&TroubleLabels { reason });
+        }
+        Self {
+            promoted_images: add(
+                r,
+                "promoted_images",
+                "The allowlist's promoted digests by what their registries said (--verify-registry); not yet verified ones are not counted",
+                Family::<StateLabels, Gauge>::default(),
+            ),
+            // A round asks about the digests not verified yet (seconds) or,
+            // on the interval, all of them (minutes for thousands).
+            duration: add(
+                r,
+                "registry_verification_duration_seconds",
+                "How long one round of registry verification took (--verify-registry)",
+                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+                    0.1, 3.0, 10,
+                )),
+            ),
+            errors: add(
+                r,
+                "registry_verification_errors",
+                "Registry requests that ended unverifiable, and rounds that could not start, by reason (--verify-registry)",
+                errors,
+            ),
+        }
+    }
+
+    /// The counts of the last verification, every state set.
+    pub fn set(&self, counts: Counts) {
+        for &state in <State as strum::VariantArray>::VARIANTS {
+            self.promoted_images
+                .get_or_create(&StateLabels { state })
+                .set(gauge_value(counts.of(state)));
+        }
+    }
+
+    /// One round done, in `seconds`.
+    pub fn round(&self, seconds: f64) {
+        self.duration.observe(seconds);
+    }
+
+    /// `n` more errors for `reason`.
+    pub fn errors(&self, reason: Trouble, n: u64) {
+        self.errors.get_or_create(&TroubleLabels { reason }).inc_by(n);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -766,80 +841,5 @@ mod tests {
         assert_eq!(kind_label("ServingRuntime"), "ServingRuntime");
         assert_eq!(kind_label("x".repeat(1000).as_str()), "other");
         assert_eq!(operation_label("PATCH"), "other");
-    }
-}
-
-// === registry verification ===
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StateLabels {
-    pub state: State,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TroubleLabels {
-    pub reason: Trouble,
-}
-
-/// `--verify-registry`: the allowlist's promoted digests by what their
-/// registries said, how long a verification took, and what stopped one.
-#[derive(Clone)]
-pub struct VerifyMetrics {
-    promoted_images: Family<StateLabels, Gauge>,
-    duration: Histogram,
-    errors: Family<TroubleLabels, Counter>,
-}
-
-impl VerifyMetrics {
-    fn register(r: &mut Registry) -> Self {
-        let errors = Family::<TroubleLabels, Counter>::default();
-        // Every reason present from the start, so a rate over it is
-        // defined before the first error.
-        for &reason in <Trouble as strum::VariantArray>::VARIANTS {
-            let _ = errors.get_or_create(&TroubleLabels { reason });
-        }
-        Self {
-            promoted_images: add(
-                r,
-                "promoted_images",
-                "The allowlist's promoted digests by what their registries said (--verify-registry); not yet verified ones are not counted",
-                Family::<StateLabels, Gauge>::default(),
-            ),
-            // A round asks about the digests not verified yet (seconds) or,
-            // on the interval, all of them (minutes for thousands).
-            duration: add(
-                r,
-                "registry_verification_duration_seconds",
-                "How long one round of registry verification took (--verify-registry)",
-                Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-                    0.1, 3.0, 10,
-                )),
-            ),
-            errors: add(
-                r,
-                "registry_verification_errors",
-                "Registry requests that ended unverifiable, and rounds that could not start, by reason (--verify-registry)",
-                errors,
-            ),
-        }
-    }
-
-    /// The counts of the last verification, every state set.
-    pub fn set(&self, counts: Counts) {
-        for &state in <State as strum::VariantArray>::VARIANTS {
-            self.promoted_images
-                .get_or_create(&StateLabels { state })
-                .set(gauge_value(counts.of(state)));
-        }
-    }
-
-    /// One round done, in `seconds`.
-    pub fn round(&self, seconds: f64) {
-        self.duration.observe(seconds);
-    }
-
-    /// `n` more errors for `reason`.
-    pub fn errors(&self, reason: Trouble, n: u64) {
-        self.errors.get_or_create(&TroubleLabels { reason }).inc_by(n);
     }
 }

@@ -618,6 +618,15 @@ pub fn canonical_prefix(prefix: &str) -> Result<String, ReferenceError> {
     })
 }
 
+/// A repository and the digest that pins an image of it: what a workload
+/// will run, what a registry is asked about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pinned {
+    /// Canonical (`docker.io/library/nginx`, not `nginx`).
+    pub repository: String,
+    pub digest: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

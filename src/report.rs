@@ -217,10 +217,10 @@ impl ObjectReport {
     /// it will run.
     pub fn with_registry(mut self, j: &Judgement, allowlist: &Allowlist, published: &Published) -> Self {
         for (report, i) in self.images.iter_mut().zip(&j.images) {
-            report.registry = i.will_run(allowlist).and_then(|(repository, digest)| {
-                let known = published.get(&repository, &digest)?;
+            report.registry = i.will_run(allowlist).and_then(|pinned| {
+                let known = published.get(&pinned.repository, &pinned.digest)?;
                 Some(RegistryReport {
-                    reference: format!("{repository}@{digest}"),
+                    reference: format!("{}@{}", pinned.repository, pinned.digest),
                     state: known.state,
                     detail: known.detail.clone(),
                     checked_at: humantime::format_rfc3339_seconds(known.checked_at).to_string(),

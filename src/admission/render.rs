@@ -184,12 +184,14 @@ pub fn unpullable(j: &Judgement, allowlist: &Allowlist, published: &Published) -
         .iter()
         .filter(|i| i.decision.verdict == Verdict::Allow)
         .filter_map(|i| {
-            let (repository, digest) = i.will_run(allowlist)?;
-            let known = published.get(&repository, &digest).filter(|k| k.state.fails())?;
+            let pinned = i.will_run(allowlist)?;
+            let known = published
+                .get(&pinned.repository, &pinned.digest)
+                .filter(|k| k.state.fails())?;
             Some(fit(format!(
                 "digest-gate: {}: {} is promoted, but {}: {}",
                 short_label(i),
-                short_digest(&digest),
+                short_digest(&pinned.digest),
                 known.state,
                 known.detail
             )))

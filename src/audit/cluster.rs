@@ -29,8 +29,8 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     /// The connection settings for `context`, each request bounded.
-    pub fn settings(&self, context: Option<String>) -> Settings {
-        Settings {
+    pub fn settings(&self, context: Option<String>) -> ClusterSettings {
+        ClusterSettings {
             kubeconfig: self.kubeconfig.clone(),
             context,
             timeout: Some(self.cluster_timeout.unwrap_or(CLUSTER_TIMEOUT)),
@@ -40,9 +40,9 @@ impl ClusterArgs {
 
     /// The settings for a watch, which waits minutes for an event: kube's
     /// read timeout (longer than the watch's own) applies, not a request's;
-    /// and the watch retries on its own schedule (see [`Settings::own_retries`]).
-    pub fn watch_settings(&self, context: Option<String>) -> Settings {
-        Settings {
+    /// and the watch retries on its own schedule (see [`ClusterSettings::own_retries`]).
+    pub fn watch_settings(&self, context: Option<String>) -> ClusterSettings {
+        ClusterSettings {
             timeout: None,
             own_retries: true,
             ..self.settings(context)
@@ -52,7 +52,7 @@ impl ClusterArgs {
 
 /// Where to connect, as the command line says it.
 #[derive(Debug, Clone, Default)]
-pub struct Settings {
+pub struct ClusterSettings {
     /// `--kubeconfig`; without it `$KUBECONFIG`, `~/.kube/config`, and
     /// inside a pod the in-cluster config.
     pub kubeconfig: Option<PathBuf>,
@@ -82,7 +82,7 @@ pub struct Connection {
 impl Connection {
     /// The connection `settings` describe. Nothing is sent yet: an
     /// unreachable server shows on the first request.
-    pub async fn open(settings: &Settings) -> Result<Connection, AuditError> {
+    pub async fn open(settings: &ClusterSettings) -> Result<Connection, AuditError> {
         rustls_provider();
         let (mut config, context) = config(settings).await.map_err(AuditError::Config)?;
         if let Some(t) = settings.timeout {
@@ -197,7 +197,7 @@ fn rustls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-async fn config(settings: &Settings) -> Result<(Config, String), String> {
+async fn config(settings: &ClusterSettings) -> Result<(Config, String), String> {
     let options = KubeConfigOptions {
         context: settings.context.clone(),
         ..KubeConfigOptions::default()

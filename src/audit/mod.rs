@@ -30,7 +30,7 @@ use crate::output::Writer;
 use crate::policy::Verdict;
 use crate::report::{ObjectReport, Report};
 
-pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, Connection, RequestFailure, Settings};
+pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, RequestFailure};
 pub use write::Written;
 
 /// Which namespaces are read.
@@ -76,7 +76,7 @@ pub struct Audit {
     pub break_glass: BTreeMap<String, String>,
     /// With `learn`: every distinct reference a workload will run
     /// (canonical repository, digest), what `--registry` verifies.
-    pub will_run: BTreeSet<(String, String)>,
+    pub will_run: BTreeSet<crate::reference::Pinned>,
     /// Objects with findings per (kind label, verdict); in audit mode the
     /// verdict is what rewrite mode would reach.
     pub findings: Vec<(&'static str, Verdict, usize)>,

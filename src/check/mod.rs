@@ -52,7 +52,7 @@ pub struct Checked {
     pub judged_kinds: usize,
     /// With [`Pass::Learn`]: every distinct reference a workload will run
     /// (canonical repository, digest), what `--registry` verifies.
-    pub will_run: std::collections::BTreeSet<(String, String)>,
+    pub will_run: std::collections::BTreeSet<crate::reference::Pinned>,
 }
 
 /// What a run over the sources is for.

@@ -176,7 +176,7 @@ pub struct ConnectionArgs {
 impl ConnectionArgs {
     /// The connection settings; the old timeout flag is used when the new
     /// one is not given, with a warning.
-    pub(super) fn settings(&self) -> audit::Settings {
+    pub(super) fn settings(&self) -> audit::ClusterSettings {
         let mut cluster = self.cluster.clone();
         if let Some(old) = self.request_timeout {
             eprintln!(

@@ -201,7 +201,7 @@ fn read_note(connection: &audit::Connection, found: &audit::Audit) -> String {
 }
 
 impl Learned for audit::Audit {
-    fn will_run(&self) -> &std::collections::BTreeSet<(String, String)> {
+    fn will_run(&self) -> &std::collections::BTreeSet<crate::reference::Pinned> {
         &self.will_run
     }
 }

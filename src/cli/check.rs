@@ -147,7 +147,7 @@ fn checked(
 }
 
 impl Learned for Checked {
-    fn will_run(&self) -> &std::collections::BTreeSet<(String, String)> {
+    fn will_run(&self) -> &std::collections::BTreeSet<crate::reference::Pinned> {
         &self.will_run
     }
 }

@@ -31,7 +31,7 @@ use crate::published::Trouble;
 
 /// How to reach registries.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct RegistrySettings {
     pub auth: AuthFile,
     /// PEM files whose certificates are trusted beside the system's roots.
     pub ca: Vec<PathBuf>,
@@ -45,7 +45,7 @@ pub struct Settings {
     pub backoff: Vec<Duration>,
 }
 
-impl Settings {
+impl RegistrySettings {
     pub fn new(auth: AuthFile, ca: Vec<PathBuf>, timeout: Duration, concurrency: usize) -> Self {
         Self {
             auth,
@@ -90,7 +90,7 @@ pub enum Answer<T> {
 
 /// Clients for every credential, and the limits they share.
 pub struct Registries {
-    settings: Settings,
+    settings: RegistrySettings,
     certificates: Vec<oci_client::client::Certificate>,
     clients: Mutex<HashMap<Option<String>, Arc<Client>>>,
     all: Semaphore,
@@ -103,7 +103,7 @@ impl Registries {
     /// Reads the CA files and builds a first client, so that a bad
     /// certificate is an error now rather than a client silently built
     /// without it (`Client::new` falls back to defaults).
-    pub fn new(settings: Settings) -> Result<Self, SetupError> {
+    pub fn new(settings: RegistrySettings) -> Result<Self, SetupError> {
         let mut certificates = Vec::new();
         for path in &settings.ca {
             let pem = std::fs::read(path).map_err(|source| SetupError::CaRead {

@@ -11,6 +11,7 @@ use super::RegistryArgs;
 use crate::allowlist::Allowlist;
 use crate::audit;
 use crate::published::{Platform, Published};
+use crate::reference::Pinned;
 
 /// `--registry`: also ask the registries about what workloads will run.
 #[derive(Debug, Args)]
@@ -50,7 +51,7 @@ pub enum Round<'p> {
 /// What a learning pass found each workload will run: canonical
 /// repository and digest.
 pub trait Learned {
-    fn will_run(&self) -> &BTreeSet<(String, String)>;
+    fn will_run(&self) -> &BTreeSet<Pinned>;
 }
 
 /// Runs `pass` once to judge; with `--registry`, first to learn, then
@@ -76,7 +77,7 @@ async fn published(
     args: &VerifyRegistryArgs,
     nodes: Option<&audit::Connection>,
     list: &Allowlist,
-    references: &BTreeSet<(String, String)>,
+    references: &BTreeSet<Pinned>,
 ) -> Result<Published, String> {
     let settings = args.registry.settings().map_err(|e| e.to_string())?;
     let options = super::verify::Options {

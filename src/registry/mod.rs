@@ -56,9 +56,9 @@ impl RegistryArgs {
     }
 
     /// The client settings, its credentials file read.
-    pub fn settings(&self) -> Result<client::Settings, auth::AuthError> {
+    pub fn settings(&self) -> Result<client::RegistrySettings, auth::AuthError> {
         let auth = auth::AuthFile::discover(self.registry_auth.as_deref())?;
-        Ok(client::Settings::new(
+        Ok(client::RegistrySettings::new(
             auth,
             self.registry_ca.clone(),
             self.registry_timeout,
@@ -80,10 +80,10 @@ pub enum VerifyError {
 /// terminal unless `quiet`.
 pub fn verify_allowlist(
     list: &crate::allowlist::Allowlist,
-    settings: client::Settings,
+    settings: client::RegistrySettings,
     options: &verify::Options,
     quiet: bool,
-) -> Result<render::Report, VerifyError> {
+) -> Result<render::VerifyReport, VerifyError> {
     block_on(run(list, verify::subjects(list), settings, options, quiet))?
 }
 
@@ -102,10 +102,10 @@ pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, VerifyEr
 async fn run(
     list: &crate::allowlist::Allowlist,
     subjects: Vec<verify::Subject>,
-    settings: client::Settings,
+    settings: client::RegistrySettings,
     options: &verify::Options,
     quiet: bool,
-) -> Result<render::Report, VerifyError> {
+) -> Result<render::VerifyReport, VerifyError> {
     let in_flight = settings.concurrency * 2;
     let registries = client::Registries::new(settings)?;
     let progress = progress(subjects.len(), quiet);
@@ -126,7 +126,7 @@ async fn run(
     )
     .await;
     progress.finish_and_clear();
-    Ok(render::Report::new(
+    Ok(render::VerifyReport::new(
         images,
         registries.warnings().to_vec(),
         registries.requests(),
@@ -153,7 +153,7 @@ fn progress(total: usize, quiet: bool) -> indicatif::ProgressBar {
 pub fn with_platforms(
     list: &crate::allowlist::Allowlist,
     sources: &[String],
-    report: &render::Report,
+    report: &render::VerifyReport,
 ) -> String {
     let mut found = crate::allowlist::Found {
         by: Some("allowlist verify --write-platforms"),
@@ -172,18 +172,18 @@ pub fn with_platforms(
 /// node pulls it, and returns what the registries said of each.
 pub async fn verify_references(
     list: &crate::allowlist::Allowlist,
-    references: &std::collections::BTreeSet<(String, String)>,
-    settings: client::Settings,
+    references: &std::collections::BTreeSet<crate::reference::Pinned>,
+    settings: client::RegistrySettings,
     options: &verify::Options,
     quiet: bool,
 ) -> Result<(crate::published::Published, Vec<String>), VerifyError> {
     let subjects = references
         .iter()
-        .map(|(repository, digest)| verify::Subject {
-            repository: repository.clone(),
-            digest: digest.clone(),
+        .map(|pinned| verify::Subject {
+            repository: pinned.repository.clone(),
+            digest: pinned.digest.clone(),
             tags: Vec::new(),
-            promotions: verify::promotions_of(list, repository, digest),
+            promotions: verify::promotions_of(list, &pinned.repository, &pinned.digest),
         })
         .collect();
     let report = run(list, subjects, settings, options, quiet).await?;

@@ -10,7 +10,7 @@ use crate::published::{Counts, State, TagState};
 
 /// Everything verified, and what could not be started.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct VerifyReport {
     pub images: Vec<Verification>,
     pub summary: Summary,
     /// Warnings and errors that are not about one digest (credential
@@ -31,7 +31,7 @@ pub struct Summary {
     pub requests: u64,
 }
 
-impl Report {
+impl VerifyReport {
     pub fn new(images: Vec<Verification>, errors: Vec<String>, requests: u64) -> Self {
         let mut s = Summary {
             digests: images.len(),

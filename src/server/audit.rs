@@ -20,15 +20,15 @@ use super::config::BackgroundArgs;
 use super::election::Election;
 use super::tasks;
 use crate::allowlist::Allowlist;
-use crate::audit::{self, Audit, Connection, Scope, Settings, Target, Writes};
+use crate::audit::{self, Audit, ClusterSettings, Connection, Scope, Target, Writes};
 use crate::metrics::AuditMetrics;
 use crate::output::Writer;
 use crate::policy::{Policy, Verdict};
 
 /// What the background audit reads and judges with.
-pub struct Inputs {
+pub struct AuditInputs {
     pub flags: BackgroundArgs,
-    pub settings: Settings,
+    pub settings: ClusterSettings,
     pub policy: Policy,
     /// Every allowlist the supply puts in force: each one is audited.
     pub allowlists: watch::Receiver<Arc<Allowlist>>,
@@ -39,7 +39,7 @@ pub struct Inputs {
 /// (releasing its Lease) when `stop` is cancelled; join the thread before
 /// exiting so the release reaches the apiserver.
 pub fn spawn(
-    inputs: Inputs,
+    inputs: AuditInputs,
     stop: CancellationToken,
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
     if inputs.flags.interval.is_zero() {
@@ -53,8 +53,8 @@ pub fn spawn(
     tasks::spawn("audit", move || run(inputs, stop), failed).map(Some)
 }
 
-async fn run(inputs: Inputs, stop: CancellationToken) {
-    let Inputs {
+async fn run(inputs: AuditInputs, stop: CancellationToken) {
+    let AuditInputs {
         flags,
         settings,
         policy,

@@ -26,7 +26,7 @@ use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerBuilder, Lea
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{Connection, Settings};
+use crate::audit::{ClusterSettings, Connection};
 use crate::metrics::{AuditMetrics, LeaseTrouble};
 
 /// Seconds a Lease holds without renewal, and how long before expiry the
@@ -52,7 +52,12 @@ pub struct Election {
 impl Election {
     /// Joins the election for Lease `name` (`ns/name`, or `name` in the
     /// context's namespace; the chart creates it).
-    pub fn start(settings: &Settings, name: &str, metrics: AuditMetrics, stop: CancellationToken) -> Self {
+    pub fn start(
+        settings: &ClusterSettings,
+        name: &str,
+        metrics: AuditMetrics,
+        stop: CancellationToken,
+    ) -> Self {
         let (sender, leader) = watch::channel(false);
         let (settings, name) = (settings.clone(), name.to_owned());
         let task = tokio::spawn(async move { run(&settings, &name, &metrics, &sender, &stop).await });
@@ -108,7 +113,7 @@ struct Place {
 /// Takes part until `stop`, or until `leader` has no receiver left; then
 /// releases the Lease if it holds it.
 async fn run(
-    settings: &Settings,
+    settings: &ClusterSettings,
     name: &str,
     metrics: &AuditMetrics,
     sender: &watch::Sender<bool>,
@@ -171,13 +176,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(LEASE_GRACE_SECONDS - 2);
 /// The manager's connection, each request bounded by [`REQUEST_TIMEOUT`],
 /// and the watch's, with kube's read timeout (it waits minutes for an
 /// event).
-async fn connections(settings: &Settings, metrics: &AuditMetrics) -> Option<(Connection, Connection)> {
-    let bounded = Settings {
+async fn connections(settings: &ClusterSettings, metrics: &AuditMetrics) -> Option<(Connection, Connection)> {
+    let bounded = ClusterSettings {
         timeout: Some(REQUEST_TIMEOUT),
         own_retries: true,
         ..settings.clone()
     };
-    let watching = Settings {
+    let watching = ClusterSettings {
         timeout: None,
         own_retries: true,
         ..settings.clone()

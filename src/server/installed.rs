@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tasks;
 use crate::allowlist::{INSTALLED_PREFIX, Source};
-use crate::audit::Settings;
+use crate::audit::ClusterSettings;
 use crate::audit::installed::{self, Csvs, Followed};
 use crate::metrics::{ReloadMetrics, Reloaded};
 
@@ -56,7 +56,7 @@ const RETRY: Duration = Duration::from_secs(5);
 /// reviews need).
 pub fn spawn(
     specs: Vec<Csvs>,
-    settings: Settings,
+    settings: ClusterSettings,
     installed: Arc<Installed>,
     metrics: ReloadMetrics,
     stop: CancellationToken,
@@ -75,7 +75,7 @@ pub fn spawn(
 
 async fn watch(
     specs: Vec<Csvs>,
-    settings: Settings,
+    settings: ClusterSettings,
     installed: Arc<Installed>,
     metrics: ReloadMetrics,
     stop: CancellationToken,

@@ -39,7 +39,7 @@ use crate::metrics::{ConnectionMetrics, Eviction};
 
 /// How the webhook port treats connections: `serve`'s flags for it.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct ListenSettings {
     /// Time a client has to send request headers.
     pub request_timeout: Duration,
     pub handshake_timeout: Duration,
@@ -48,7 +48,7 @@ pub struct Settings {
     pub limits: Limits,
 }
 
-impl Settings {
+impl ListenSettings {
     pub fn of(config: &ServerArgs) -> Self {
         Self {
             request_timeout: config.request_timeout,
@@ -101,7 +101,7 @@ struct Shared {
 
 /// HTTP/1.1 and HTTP/2 (the apiserver speaks either), with the request
 /// header timeout and a stream cap per connection.
-fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
+fn http_builder(settings: &ListenSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -123,7 +123,7 @@ pub async fn serve_tls(
     acceptor: TlsAcceptor,
     router: axum::Router,
     metrics: ConnectionMetrics,
-    settings: &Settings,
+    settings: &ListenSettings,
     drain: CancellationToken,
 ) {
     let builder = http_builder(settings);

@@ -249,7 +249,7 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
     let admin_task = tokio::spawn(listen::serve_admin(admin, admin_router(state.clone())));
     let admin = admin_task.abort_handle();
     let stopped = CancellationToken::new();
-    let (settings, drain, done) = (listen::Settings::of(&config), stop.clone(), stopped.clone());
+    let (settings, drain, done) = (listen::ListenSettings::of(&config), stop.clone(), stopped.clone());
     let (router, connections) = (webhook_router(state.clone()), state.metrics.connections.clone());
     tokio::spawn(async move {
         serve_tls(webhook, acceptor, router, connections, &settings, drain).await;
@@ -282,7 +282,7 @@ fn spawn_background(
         let (specs, metrics) = (config.csvs.allowlist_csv.clone(), state.metrics.reloads.clone());
         installed::spawn(specs, settings, installed.clone(), metrics, stop.clone()).map_err(thread)?;
     }
-    let inputs = audit::Inputs {
+    let inputs = audit::AuditInputs {
         flags: config.audit.clone(),
         settings: config.cluster.settings(context),
         policy: state.policy.clone(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{AuditError, Connection, Settings};
+use crate::audit::{AuditError, ClusterSettings, Connection};
 
 /// Runs the future `task` makes on a thread named `name` with a
 /// single-threaded runtime of its own. If the runtime cannot be built,
@@ -33,7 +33,7 @@ where
 /// Opens a cluster connection, tried again every `every` until it works,
 /// each failure told to `failed`; `None` once `stop` is cancelled.
 pub async fn connect(
-    settings: &Settings,
+    settings: &ClusterSettings,
     every: Duration,
     stop: &CancellationToken,
     mut failed: impl FnMut(&AuditError),

@@ -21,6 +21,7 @@ use super::fingerprint::fingerprint;
 use crate::allowlist::Allowlist;
 use crate::metrics::VerifyMetrics;
 use crate::published::{Counts, Known, Platform, Published, State, Trouble};
+use crate::reference::Pinned;
 use crate::registry::{RegistryArgs, client, verify};
 
 /// `serve`'s verification flags.
@@ -69,7 +70,7 @@ pub fn spawn(
     poll: Duration,
     stop: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let verifier = Verifier {
+    let verifier = BackgroundVerifier {
         flags,
         metrics,
         known: HashMap::new(),
@@ -91,15 +92,15 @@ enum Round {
     Everything,
 }
 
-struct Verifier {
+struct BackgroundVerifier {
     flags: BackgroundVerifyArgs,
     metrics: VerifyMetrics,
-    known: HashMap<(String, String), Known>,
+    known: HashMap<Pinned, Known>,
     /// The contents of the credentials and CA files the last round used.
     files: u64,
 }
 
-impl Verifier {
+impl BackgroundVerifier {
     async fn run(
         mut self,
         mut allowlists: watch::Receiver<Arc<Allowlist>>,
@@ -161,9 +162,7 @@ impl Verifier {
         let known = &self.known;
         let subjects: Vec<verify::Subject> = subjects
             .iter()
-            .filter(|s| {
-                round == Round::Everything || !known.contains_key(&(s.repository.clone(), s.digest.clone()))
-            })
+            .filter(|s| round == Round::Everything || !known.contains_key(&pinned(s)))
             .cloned()
             .collect();
         self.files = files_fingerprint(&self.flags);
@@ -209,7 +208,10 @@ impl Verifier {
             }
             let state = v.state;
             self.known.insert(
-                (v.repository, v.digest),
+                Pinned {
+                    repository: v.repository,
+                    digest: v.digest,
+                },
                 Known {
                     state,
                     detail: v.detail,
@@ -232,7 +234,10 @@ impl Verifier {
         let now = std::time::SystemTime::now();
         for s in subjects {
             self.known
-                .entry((s.repository, s.digest))
+                .entry(Pinned {
+                    repository: s.repository,
+                    digest: s.digest,
+                })
                 .or_insert_with(|| Known {
                     state: State::Unverifiable,
                     detail: format!("not asked: {why}"),
@@ -266,12 +271,12 @@ fn files_fingerprint(flags: &BackgroundVerifyArgs) -> u64 {
 fn learned(
     list: &Allowlist,
     subjects: &[verify::Subject],
-    known: &HashMap<(String, String), Known>,
+    known: &HashMap<Pinned, Known>,
 ) -> (Published, Counts) {
     let mut out = Published::default();
     let mut counts = Counts::default();
     for s in subjects {
-        let Some(k) = known.get(&(s.repository.clone(), s.digest.clone())) else {
+        let Some(k) = known.get(&pinned(s)) else {
             continue;
         };
         counts.add(k.state);
@@ -284,6 +289,14 @@ fn learned(
         }
     }
     (out, counts)
+}
+
+/// The key a subject is known by.
+fn pinned(s: &verify::Subject) -> Pinned {
+    Pinned {
+        repository: s.repository.clone(),
+        digest: s.digest.clone(),
+    }
 }
 
 #[cfg(test)]
