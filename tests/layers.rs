@@ -266,7 +266,6 @@ const MAX_FILE_LINES: usize = 600;
 /// is split (issue 46): they may shrink, never grow.
 const OVER_FULL: &[(&str, usize)] = &[
     ("allowlist/mod.rs", 948),
-    ("policy.rs", 699),
     ("audit/write.rs", 645),
 ];
 

@@ -5,15 +5,17 @@
 //! mode turns that into a [`Verdict`]. Every denial carries what the developer
 //! needs to fix it: the promoted reference to use, or the candidates.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
+mod target;
+mod wording;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::allowlist::{Allowlist, Candidates, CatalogOptions, Exemption, Promoted, Provenance};
 use crate::published::{Published, State};
-use crate::reference::{self, Placeholder, Reference, ReferenceError, short_digest};
-use crate::text::{self, Cut};
+use crate::reference::{self, Placeholder, ReferenceError};
+use target::{listed, unpullable};
+use wording::{placeholder_suggestions, suggestions};
 
 /// How non-compliant images are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, strum::IntoStaticStr, strum::Display)]
@@ -92,38 +94,6 @@ impl Reason {
         self.into()
     }
 
-    /// What an image with this reason is, in a sentence: the description of
-    /// the reason's rule in SARIF reports.
-    pub fn summary(self) -> &'static str {
-        match self {
-            Self::Promoted => "The image is pinned to a promoted digest.",
-            Self::PromotedPlatform => {
-                "The image is pinned to the image a promoted index lists for one platform, promoted for that platform."
-            }
-            Self::Exempt => "The image matches an exemption.",
-            Self::UnlistedAllowed => {
-                "The image's repository is not in the allowlist, and unlisted repositories are allowed."
-            }
-            Self::TagOnly => "The image names a tag without a digest; tags move, promoted digests do not.",
-            Self::DigestNotPromoted => "The image's digest was never promoted for its repository.",
-            Self::PromotedUnpullable => {
-                "The image would be rewritten to a promoted digest that the registry cannot serve: its Pods would not start."
-            }
-            Self::Malformed => "The object is malformed where an image should be.",
-            Self::Invalid => "The image is not a valid image reference.",
-            Self::Placeholder => "The image is a placeholder that was never substituted.",
-            Self::ShortName => {
-                "The image has no registry domain, so each container runtime resolves it its own way."
-            }
-            Self::Unlisted => "The image's repository is not in the promoted-digest allowlist.",
-            Self::UnknownTag => "The image's tag is not a promoted tag of its repository.",
-            Self::NoTagOrDigest => "The image has neither tag nor digest, so it would pull :latest.",
-            Self::CannotRewrite => {
-                "The image must be rewritten to its promoted digest, but cannot be in place."
-            }
-        }
-    }
-
     /// Whether an image with this reason needs a change (allowed images'
     /// reasons do not).
     pub fn is_finding(self) -> bool {
@@ -165,6 +135,15 @@ pub struct PromotedBy {
 }
 
 impl PromotedBy {
+    /// The newest source promoting `p`, named in messages.
+    pub fn of(candidates: &Candidates<'_>, p: Promoted<'_>) -> Option<Self> {
+        let (provenance, line) = candidates.newest_promotion(p.digest())?;
+        Some(Self {
+            provenance: provenance.clone(),
+            line,
+        })
+    }
+
     /// `ClusterServiceVersion rhods-operator.1.21.0 (allowlists/rhods.yaml:41)`
     pub fn describe(&self) -> String {
         format!(
@@ -250,9 +229,6 @@ pub struct Decision {
     pub finding: Finding,
     pub mode: Mode,
 }
-
-/// Most candidates a message lists before "and N more".
-const MAX_CANDIDATES: usize = 3;
 
 /// An allowlist that promotes no repository, under a policy that would
 /// deny every listed image with it: almost always a ConfigMap emptied by
@@ -438,192 +414,6 @@ impl Policy {
     }
 }
 
-fn unpullable_message(image: &str, to: &str, state: State, detail: &str, by: Option<&PromotedBy>) -> String {
-    let by = by
-        .map(|b| format!(" (promoted by {})", b.describe()))
-        .unwrap_or_default();
-    format!(
-        "image '{image}' would be rewritten to '{to}'{by}, but it is {state}: {detail}: its Pods would not start; publish that digest, or promote one that is published"
-    )
-}
-
-/// What a registry said of rewrite target `to` of `repository`, when it
-/// said that it cannot be pulled.
-fn unpullable<'p>(
-    published: &'p Published,
-    repository: &str,
-    to: &str,
-) -> Option<&'p crate::published::Known> {
-    let digest = to.rsplit_once('@').map(|(_, d)| d)?;
-    published.get(repository, digest).filter(|k| k.state.fails())
-}
-
-/// The finding for an image of a listed repository, from its digest, or
-/// else its tag.
-fn listed(r: &Reference<'_>, candidates: &Candidates<'_>) -> Finding {
-    match (r.digest(), r.tag()) {
-        (Some(digest), _) if candidates.is_promoted(digest) => Finding::Promoted,
-        (Some(digest), tag) => {
-            // Asked only here, off the path of a promoted digest.
-            if let Some((index, platform)) = candidates.platform_image(digest) {
-                return Finding::PromotedPlatform {
-                    index: r.pinned(index.digest()),
-                    platform: platform.to_owned(),
-                    by: promoted_by(candidates, index),
-                };
-            }
-            match target(candidates, tag) {
-                Some((p, rule)) => Finding::Rewrite {
-                    to: r.pinned(p.digest()),
-                    trigger: Trigger::UnpromotedDigest {
-                        digest: digest.to_owned(),
-                    },
-                    rule,
-                    by: promoted_by(candidates, p),
-                },
-                None => Finding::Deny(Denial::DigestNotPromoted {
-                    digest: digest.to_owned(),
-                    candidates: listing(r, candidates),
-                }),
-            }
-        }
-        (None, Some(tag)) => match candidates.digest_for_tag(tag) {
-            Some(p) => Finding::Rewrite {
-                to: r.pinned(p.digest()),
-                trigger: Trigger::TagOnly { tag: tag.to_owned() },
-                rule: TargetRule::Tag,
-                by: promoted_by(candidates, p),
-            },
-            None => Finding::Deny(Denial::UnknownTag {
-                tag: tag.to_owned(),
-                candidates: listing(r, candidates),
-            }),
-        },
-        (None, None) => Finding::Deny(Denial::NoTagOrDigest {
-            candidates: listing(r, candidates),
-        }),
-    }
-}
-
-/// The rewrite target for an unpromoted digest: the digest published under
-/// the image's tag, else `rewriteTo`, else the only promoted digest.
-fn target<'a>(candidates: &Candidates<'a>, tag: Option<&str>) -> Option<(Promoted<'a>, TargetRule)> {
-    if let Some(p) = tag.and_then(|t| candidates.digest_for_tag(t)) {
-        return Some((p, TargetRule::Tag));
-    }
-    let Some(p) = candidates.default_target() else {
-        return candidates
-            .newest_release()
-            .map(|(p, _)| (p, TargetRule::NewestRelease));
-    };
-    let explicit = candidates.promoted().len() > 1;
-    Some((
-        p,
-        if explicit {
-            TargetRule::RewriteTo
-        } else {
-            TargetRule::SoleDigest
-        },
-    ))
-}
-
-/// The newest source promoting `p`, named in messages.
-fn promoted_by(candidates: &Candidates<'_>, p: Promoted<'_>) -> Option<PromotedBy> {
-    let (provenance, line) = candidates.newest_promotion(p.digest())?;
-    Some(PromotedBy {
-        provenance: provenance.clone(),
-        line,
-    })
-}
-
-/// Promoted references for this repository as the user wrote it, tags and
-/// the source promoting each shown: when several are promoted and none can
-/// be chosen, where each comes from tells which is current.
-fn listing(r: &Reference<'_>, candidates: &Candidates<'_>) -> Vec<String> {
-    let promoted = candidates.promoted();
-    let several = promoted.len() > 1;
-    promoted
-        .into_iter()
-        .map(|p| {
-            let mut s = describe(r.name(), p);
-            if several && let Some(by) = promoted_by(candidates, p) {
-                s.push_str(&format!(" from {}", by.describe()));
-            }
-            s
-        })
-        .collect()
-}
-
-fn describe(name: &str, p: Promoted<'_>) -> String {
-    let mut s = format!("{name}@{}", p.digest());
-    let tags: Vec<&str> = p.tags().collect();
-    if !tags.is_empty() {
-        s.push_str(&format!(" (tag {})", tags.join(", ")));
-    }
-    s
-}
-
-/// Listed repositories with the same last path component, as promoted
-/// references: the likely intended image when a name is short or unknown.
-fn suggestions(r: &Reference<'_>, allowlist: &Allowlist, meant: impl Fn(&str) -> bool) -> Vec<String> {
-    let name = r.name();
-    let basename = name.rsplit('/').next().unwrap_or(name);
-    let mut out = Vec::new();
-    for repo in allowlist.similar(basename).into_iter().filter(|repo| meant(repo)) {
-        let c = allowlist.candidates(repo);
-        let pick = r
-            .tag()
-            .and_then(|t| c.digest_for_tag(t))
-            .or_else(|| c.default_target());
-        match pick {
-            Some(p) => out.push(describe(repo, p)),
-            None => out.extend(c.promoted().into_iter().map(|p| describe(repo, p))),
-        }
-    }
-    out
-}
-
-/// For `name:replace`, what the build would have put there: the promoted
-/// images whose repository is named `name`, in any organisation.
-fn placeholder_suggestions(image: &str, placeholder: Placeholder, allowlist: &Allowlist) -> Vec<String> {
-    let Some(name) = image
-        .strip_suffix(":replace")
-        .filter(|_| placeholder == Placeholder::ReplaceTag)
-    else {
-        return Vec::new();
-    };
-    match reference::parse(name) {
-        Ok(r) => suggestions(&r, allowlist, |_| true),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// Longest image shown whole in a message.
-const MAX_SHOWN_IMAGE: usize = 200;
-/// Longest message about one image.
-const MAX_MESSAGE: usize = 2048;
-
-/// An image as messages show it: shortened in the middle when very long
-/// (the digest at the end is what tells images apart), on one line.
-fn shown(image: &str) -> Cow<'_, str> {
-    text::one_line(image, MAX_SHOWN_IMAGE, Cut::Middle { head: 120, tail: 40 })
-}
-
-/// Caps a message and keeps it on one line (container names and reference
-/// errors echo input too).
-fn tidy(message: String) -> String {
-    text::one_line_owned(message, MAX_MESSAGE, Cut::End)
-}
-
-fn join_candidates(c: &[String]) -> String {
-    let (listed, more) = text::first(c.iter().map(String::as_str).collect(), MAX_CANDIDATES);
-    let mut s = listed.join(" or ");
-    if more > 0 {
-        s.push_str(&format!(" (and {more} more)"));
-    }
-    s
-}
-
 // === impl Decision ===
 
 impl Decision {
@@ -677,27 +467,6 @@ impl Decision {
     pub fn rewrite_to(&self) -> Option<&str> {
         self.finding.rewrite_to()
     }
-
-    /// Why this verdict, for people: names `what` (e.g. `container "ovms"`),
-    /// the image, and what to do. Hostile input stays harmless here: long
-    /// images are shortened in the middle and control characters escaped, so
-    /// neither a denial nor a log line can be flooded or split.
-    pub fn message(&self, what: &str, image: &str) -> String {
-        tidy(self.message_raw(what, &shown(image)))
-    }
-
-    fn message_raw(&self, what: &str, image: &str) -> String {
-        let core = self.finding.explain(image);
-        match (self.mode, &self.finding) {
-            (Mode::Enforce, Finding::Rewrite { .. }) => {
-                format!("{what}: {core}; enforce mode does not rewrite it")
-            }
-            (Mode::Audit, f) if f.verdict() != Verdict::Allow => {
-                format!("{what}: audit: would {}: {core}", f.verdict())
-            }
-            _ => format!("{what}: {core}"),
-        }
-    }
 }
 
 // === impl Finding ===
@@ -722,59 +491,6 @@ impl Finding {
             Self::Deny(_) => Verdict::Deny,
         }
     }
-
-    /// One sentence on what the image is and, when it is wrong, what to use.
-    pub fn explain(&self, image: &str) -> String {
-        match self {
-            Self::Promoted => format!("'{image}' is a promoted digest"),
-            Self::PromotedPlatform { index, platform, by } => match by {
-                Some(by) => format!(
-                    "'{image}' is the {platform} image of promoted index '{index}' (promoted by {})",
-                    by.describe()
-                ),
-                None => format!("'{image}' is the {platform} image of promoted index '{index}'"),
-            },
-            Self::Exempt { pattern } => format!("'{image}' is exempt (pattern {pattern})"),
-            Self::UnlistedAllowed { repository } => {
-                format!(
-                    "'{image}': {repository} is not in the allowlist; allowed because unlisted repositories are allowed"
-                )
-            }
-            Self::Rewrite {
-                to,
-                trigger,
-                rule,
-                by,
-            } => {
-                let why = match trigger {
-                    Trigger::TagOnly { tag } => format!("tag '{tag}' is not pinned by digest"),
-                    Trigger::UnpromotedDigest { digest } => {
-                        format!("digest {} was never promoted", short_digest(digest))
-                    }
-                };
-                let release = by
-                    .as_ref()
-                    .and_then(|b| Some((b.provenance.newest_as(), b.provenance.release()?)));
-                let how = match (rule, release) {
-                    (TargetRule::Tag, _) => "the promoted digest of that tag".to_owned(),
-                    (TargetRule::RewriteTo, _) => "the repository's rewriteTo digest".to_owned(),
-                    (TargetRule::SoleDigest, _) => "the repository's promoted digest".to_owned(),
-                    (TargetRule::NewestRelease, Some((newest, release))) => {
-                        format!("the digest of {newest} promoting it, {release}")
-                    }
-                    (TargetRule::NewestRelease, None) => "the newest release's digest".to_owned(),
-                };
-                match by {
-                    Some(by) => format!(
-                        "'{image}': {why}; use '{to}' ({how}; promoted by {})",
-                        by.describe()
-                    ),
-                    None => format!("'{image}': {why}; use '{to}' ({how})"),
-                }
-            }
-            Self::Deny(denial) => denial.explain(image),
-        }
-    }
 }
 
 // === impl Denial ===
@@ -793,100 +509,6 @@ impl Denial {
             Self::DigestNotPromoted { .. } => Reason::DigestNotPromoted,
             Self::PromotedUnpullable { .. } => Reason::PromotedUnpullable,
             Self::CannotRewrite { .. } => Reason::CannotRewrite,
-        }
-    }
-
-    /// A few words on what is wrong, for warnings that must stay short.
-    pub fn short(&self) -> &'static str {
-        match self {
-            Self::Malformed { .. } => "the object is malformed here",
-            Self::Placeholder { .. } => "an unsubstituted placeholder",
-            Self::Invalid { .. } => "not a valid image reference",
-            Self::ShortName { .. } => "no registry domain",
-            Self::Unlisted { .. } => "repository not in the allowlist",
-            Self::UnknownTag { .. } => "tag not promoted",
-            Self::NoTagOrDigest { .. } => "no tag or digest",
-            Self::DigestNotPromoted { .. } => "digest not promoted",
-            Self::PromotedUnpullable { .. } => "its promoted digest cannot be pulled",
-            Self::CannotRewrite { .. } => "cannot be rewritten in place",
-        }
-    }
-
-    fn explain(&self, image: &str) -> String {
-        match self {
-            Self::Malformed { reason } => reason.clone(),
-            Self::Placeholder {
-                placeholder,
-                suggestions,
-            } => {
-                let mut s = format!(
-                    "image '{image}' is an unsubstituted placeholder ({}); substitute it before applying",
-                    placeholder.describe()
-                );
-                if suggestions.is_empty() {
-                    s.push_str(": a promoted image, registry/repository@sha256:...");
-                } else {
-                    s.push_str(&format!("; promoted: {}", join_candidates(suggestions)));
-                }
-                s
-            }
-            Self::Invalid { error } => {
-                format!("image '{image}' is not a valid image reference: {error}")
-            }
-            Self::ShortName { suggestions } => {
-                // Docker and containerd complete a short name with Docker
-                // Hub; CRI-O asks its search registries, or refuses.
-                let Ok(r) = reference::parse(image) else {
-                    return format!("image '{image}' has no registry domain");
-                };
-                let mut s = format!(
-                    "image '{image}' has no registry domain: {}; write the registry",
-                    r.short_name_reading()
-                );
-                if suggestions.is_empty() {
-                    let digest = r.digest().unwrap_or("sha256:...");
-                    s.push_str(&format!(", e.g. {}@{digest}", r.docker_hub_repository()));
-                } else {
-                    s.push_str(&format!("; promoted: {}", join_candidates(suggestions)));
-                }
-                s
-            }
-            Self::Unlisted {
-                repository,
-                suggestions,
-            } => {
-                let mut s = format!(
-                    "image '{image}': repository {repository} is not in the promoted-digest allowlist"
-                );
-                if !suggestions.is_empty() {
-                    s.push_str(&format!("; did you mean {}?", join_candidates(suggestions)));
-                }
-                s
-            }
-            Self::UnknownTag { tag, candidates } => format!(
-                "image '{image}': tag '{tag}' is not a promoted tag; use {}",
-                join_candidates(candidates)
-            ),
-            Self::NoTagOrDigest { candidates } => format!(
-                "image '{image}' has no tag or digest (it would pull :latest); use {}",
-                join_candidates(candidates)
-            ),
-            Self::DigestNotPromoted { digest, candidates } => format!(
-                "image '{image}': digest {} was never promoted and the repository has several promoted digests; use {}",
-                short_digest(digest),
-                join_candidates(candidates)
-            ),
-            Self::PromotedUnpullable {
-                to,
-                state,
-                detail,
-                by,
-            } => unpullable_message(image, to, *state, detail, by.as_ref()),
-            Self::CannotRewrite { to, why } => {
-                format!(
-                    "image '{image}' must be '{to}', but it cannot be rewritten in place ({why}); change it"
-                )
-            }
         }
     }
 }
