@@ -1,0 +1,173 @@
+//! `cleanup`: deleting what audits wrote (everything labelled as theirs,
+//! or only what a release's ClusterRole owns), and that owner's reference.
+
+use kube::core::Request;
+use kube::core::params::{DeleteParams, ListParams, Preconditions};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::audit::{AuditError, Connection, Page, RequestFailure};
+
+/// What [`remove`] deleted.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub reports: usize,
+    pub events: usize,
+    /// Deletions the cluster refused.
+    pub errors: Vec<String>,
+}
+
+/// What an audit writes, by API prefix and plural.
+pub(super) const WRITTEN: [(&str, &str, &str); 3] = [
+    (GROUP_PATH, "policyreports", "PolicyReport"),
+    (GROUP_PATH, "clusterpolicyreports", "ClusterPolicyReport"),
+    ("/api/v1", "events", "Event"),
+];
+
+/// Deletes what audits wrote: the policy reports named [`POLICY`] and the
+/// [`EVENT_REASON`] Events, found by the [`MANAGED_BY`] label; with
+/// `owner_uid`, only those that owner owns (what one release's background
+/// audit wrote). The chart's pre-delete hook runs this on `helm uninstall`:
+/// the garbage collector deletes owned reports with their owner, but has
+/// ignored Events in every API group since Kubernetes 1.25.
+pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<Removed, AuditError> {
+    let mut removed = Removed::default();
+    for (prefix, plural, kind) in WRITTEN {
+        let found = match ours(connection, prefix, plural, kind, owner_uid).await {
+            Ok(found) => found,
+            // The CRDs are not installed: no report was ever written.
+            Err(None) => continue,
+            Err(Some(RequestFailure::Fatal(m))) => return Err(AuditError::Unreachable(m)),
+            Err(Some(RequestFailure::Request(m))) => {
+                removed.errors.push(m);
+                continue;
+            }
+        };
+        for meta in found {
+            let collection = match &meta.namespace {
+                Some(ns) => format!("{prefix}/namespaces/{ns}/{plural}"),
+                None => format!("{prefix}/{plural}"),
+            };
+            let doing = match &meta.namespace {
+                Some(ns) => format!("delete {kind} \"{}\" in namespace \"{ns}\"", meta.name),
+                None => format!("delete {kind} \"{}\"", meta.name),
+            };
+            // The uid precondition: an object recreated under the same name
+            // since the list is not ours to delete.
+            let params = DeleteParams::default().preconditions(Preconditions {
+                uid: Some(meta.uid.clone()),
+                resource_version: None,
+            });
+            let request = Request::new(&collection)
+                .delete(&meta.name, &params)
+                .map_err(|e| AuditError::Request(format!("cannot {doing}: {e}")))?;
+            match connection.client.request::<serde::de::IgnoredAny>(request).await {
+                Ok(_) if kind == "Event" => removed.events += 1,
+                Ok(_) => removed.reports += 1,
+                // Gone already, or no longer the object listed.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => match connection.describe(&doing, &e) {
+                    RequestFailure::Fatal(m) => return Err(AuditError::Unreachable(m)),
+                    RequestFailure::Request(m) => removed.errors.push(m),
+                },
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// A listed object's identity: all that deleting it needs.
+#[derive(Debug, Deserialize)]
+pub(super) struct Meta {
+    pub(super) name: String,
+    pub(super) namespace: Option<String>,
+    pub(super) uid: String,
+    #[serde(rename = "ownerReferences", default)]
+    pub(super) owners: Vec<OwnerUid>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct OwnerUid {
+    pub(super) uid: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Item {
+    pub(super) metadata: Meta,
+    /// An Event's reason; reports have none.
+    pub(super) reason: Option<String>,
+}
+
+impl Item {
+    /// Whether an audit wrote this `kind` of object (the label selected it;
+    /// the name or reason says it is an audit's) and `owner_uid` owns it.
+    pub(super) fn ours(&self, kind: &str, owner_uid: Option<&str>) -> bool {
+        let wrote = if kind == "Event" {
+            self.reason.as_deref() == Some(EVENT_REASON)
+        } else {
+            self.metadata.name == POLICY
+        };
+        wrote && owner_uid.is_none_or(|uid| self.metadata.owners.iter().any(|o| o.uid == uid))
+    }
+}
+
+/// The objects of `plural` in every namespace that an audit wrote (and
+/// `owner_uid` owns). `Err(None)`: the cluster does not serve them.
+pub(super) async fn ours(
+    connection: &Connection,
+    prefix: &str,
+    plural: &str,
+    kind: &str,
+    owner_uid: Option<&str>,
+) -> Result<Vec<Meta>, Option<RequestFailure>> {
+    let path = format!("{prefix}/{plural}");
+    let mut params = ListParams::default()
+        .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
+        .limit(500);
+    let mut found = Vec::new();
+    loop {
+        let request = Request::new(&path)
+            .list(&params)
+            .map_err(|e| Some(RequestFailure::Request(format!("cannot list {kind}s: {e}"))))?;
+        let mut page: Page<Item> = match connection.client.request(request).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.code == 404 && kind != "Event" => return Err(None),
+            Err(e) => return Err(Some(connection.describe(&format!("list {kind}s"), &e))),
+        };
+        let next = page.next();
+        found.extend(
+            page.items
+                .into_iter()
+                .filter(|item| item.ours(kind, owner_uid))
+                .map(|item| item.metadata),
+        );
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(found),
+        }
+    }
+}
+
+/// The uid of ClusterRole `name`: what owns everything the background audit
+/// writes, and what `cleanup --owner` deletes by.
+pub async fn cluster_role_uid(connection: &Connection, name: &str) -> Result<String, RequestFailure> {
+    let doing = format!("get ClusterRole \"{name}\"");
+    let request = Request::new("/apis/rbac.authorization.k8s.io/v1/clusterroles")
+        .get(name, &Default::default())
+        .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
+    let role: Value = connection
+        .client
+        .request(request)
+        .await
+        .map_err(|e| connection.describe(&doing, &e))?;
+    role.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| RequestFailure::Request(format!("ClusterRole \"{name}\" has no uid")))
+}
+
+/// The owner reference put on what the background audit writes.
+pub fn cluster_role_owner(name: &str, uid: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": uid})
+}
