@@ -463,7 +463,7 @@ async fn the_csv_watch_relists_after_410_gone() {
     assert!(
         installed_sets[1]
             .iter()
-            .all(|s| s.kind == digest_gate::allowlist::SourceKind::InstalledCsv)
+            .all(|s| matches!(s.kind, digest_gate::allowlist::SourceKind::InstalledCsv { .. }))
     );
     // list, watch (410), list again: the relist came after the expiry.
     let order: Vec<bool> = apiserver

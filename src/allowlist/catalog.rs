@@ -26,9 +26,10 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
+use super::entries::Ctx;
 use super::error::LoadError;
 use super::fbc::{BundleBlob, Catalog, ChannelBlob, Entry, PackageSummary, distances, summarize};
-use super::load::{Ctx, Format, Loader};
+use super::load::{Format, Loader};
 use super::{Origin, Provenance};
 use crate::json;
 use crate::yaml::stream::Failure;
@@ -404,7 +405,7 @@ impl Loader {
         };
         let mut promoted = 0;
         for image in &bundle.images {
-            promoted += self.promote_at(image, &origin, |message| LoadError {
+            promoted += self.entries().promote_at(image, &origin, |message| LoadError {
                 file: bundle.file.to_string(),
                 line: Some(bundle.line),
                 entry: Some(format!("bundle {}", bundle.name)),

@@ -5,70 +5,65 @@
 use serde_json::Value;
 
 use super::Provenance;
+use super::entries::{Ctx, Entries};
 use super::input::SourceKind;
-use super::load::{Ctx, Loader};
 
-// === impl Loader ===
-
-impl Loader {
-    /// `spec.relatedImages[].image` and the `RELATED_IMAGE_*` env values of
-    /// the operator's deployments.
-    pub(super) fn csv(&mut self, ctx: &Ctx<'_>, csv: &Value, ptr: &str) -> usize {
-        let text = |p: &str| csv.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
-        let name = text("/metadata/name");
-        let version =
-            text("/spec/version").and_then(|v| semver::Version::parse(v.trim_start_matches('v')).ok());
-        let provenance = self.builder.provenance(Provenance {
-            source: ctx.shared.clone(),
-            origin: format!(
-                "ClusterServiceVersion {}{}",
-                name.unwrap_or("(unnamed)"),
-                if self.kind == SourceKind::InstalledCsv {
-                    " (installed)"
-                } else {
-                    ""
-                }
-            ),
-            package: name.and_then(|n| package_of(n, version.as_ref())),
-            name: name.map(str::to_owned),
-            version,
-            replaces: text("/spec/replaces").map(str::to_owned),
-            rank: None,
-        });
-        let mut entries = self.promote_list(ctx, csv, ptr, "/spec/relatedImages", "image", provenance);
-        if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {
-            for (d, deployment) in deployments.iter().enumerate() {
-                for list in ["containers", "initContainers"] {
-                    let Some(Value::Array(containers)) =
-                        deployment.pointer(&format!("/spec/template/spec/{list}"))
-                    else {
+/// `spec.relatedImages[].image` and the `RELATED_IMAGE_*` env values of the
+/// operator's deployments, of the CSV at `ptr`.
+pub(super) fn read(out: &mut Entries<'_>, ctx: &Ctx<'_>, csv: &Value, ptr: &str) -> usize {
+    let text = |p: &str| csv.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let name = text("/metadata/name");
+    let version = text("/spec/version").and_then(|v| semver::Version::parse(v.trim_start_matches('v')).ok());
+    let provenance = out.builder.provenance(Provenance {
+        source: ctx.shared.clone(),
+        origin: format!(
+            "ClusterServiceVersion {}{}",
+            name.unwrap_or("(unnamed)"),
+            if matches!(out.kind, SourceKind::InstalledCsv { .. }) {
+                " (installed)"
+            } else {
+                ""
+            }
+        ),
+        package: name.and_then(|n| package_of(n, version.as_ref())),
+        name: name.map(str::to_owned),
+        version,
+        replaces: text("/spec/replaces").map(str::to_owned),
+        rank: None,
+    });
+    let mut entries = out.promote_list(ctx, csv, ptr, "/spec/relatedImages", "image", provenance);
+    if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {
+        for (d, deployment) in deployments.iter().enumerate() {
+            for list in ["containers", "initContainers"] {
+                let Some(Value::Array(containers)) =
+                    deployment.pointer(&format!("/spec/template/spec/{list}"))
+                else {
+                    continue;
+                };
+                for (c, container) in containers.iter().enumerate() {
+                    let Some(Value::Array(env)) = container.get("env") else {
                         continue;
                     };
-                    for (c, container) in containers.iter().enumerate() {
-                        let Some(Value::Array(env)) = container.get("env") else {
+                    for (e, var) in env.iter().enumerate() {
+                        let related = var
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .is_some_and(|n| n.starts_with("RELATED_IMAGE_"));
+                        if !related {
                             continue;
-                        };
-                        for (e, var) in env.iter().enumerate() {
-                            let related = var
-                                .get("name")
-                                .and_then(Value::as_str)
-                                .is_some_and(|n| n.starts_with("RELATED_IMAGE_"));
-                            if !related {
-                                continue;
-                            }
-                            let p = format!(
-                                "{ptr}/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
-                            );
-                            if let Some(image) = self.string(ctx, var.get("value"), &p) {
-                                entries += self.promote_image(ctx, image, &p, provenance);
-                            }
+                        }
+                        let p = format!(
+                            "{ptr}/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
+                        );
+                        if let Some(image) = out.string(ctx, var.get("value"), &p) {
+                            entries += out.promote_image(ctx, image, &p, provenance);
                         }
                     }
                 }
             }
         }
-        entries
     }
+    entries
 }
 
 /// The operator a CSV named `name` is a release of: the name without its

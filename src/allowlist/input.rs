@@ -27,15 +27,16 @@ pub trait Input {
 
 /// What an allowlist source is, which its provenance names: a CSV read from
 /// the cluster is `ClusterServiceVersion <name> (installed)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub enum SourceKind {
     /// A file (in the cluster: a mounted ConfigMap's key).
     #[default]
     File,
     /// A key of an allowlist ConfigMap under review (`/validate-allowlist`).
     ConfigMapKey,
-    /// An installed operator's ClusterServiceVersion, read from the cluster.
-    InstalledCsv,
+    /// An installed operator's ClusterServiceVersion, read from the cluster:
+    /// which one, so nothing reads it back out of the source's name.
+    InstalledCsv { namespace: String, name: String },
 }
 
 /// Each of `sources` as an [`Input`], for [`load_sources`](super::load_sources).
@@ -62,7 +63,7 @@ impl Input for Source {
     }
 
     fn kind(&self) -> SourceKind {
-        self.kind
+        self.kind.clone()
     }
 }
 
@@ -193,13 +194,24 @@ impl Source {
         Self {
             name: Self::installed_csv_name(namespace, name),
             text: csv.to_string(),
-            kind: SourceKind::InstalledCsv,
+            kind: SourceKind::InstalledCsv {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            },
         }
     }
 
     /// The source name of installed CSV `name` in `namespace`.
     pub fn installed_csv_name(namespace: &str, name: &str) -> String {
         format!("{INSTALLED_PREFIX}{namespace}/{name}")
+    }
+
+    /// `namespace/name` of an installed CSV; the source's name otherwise.
+    pub fn short_name(&self) -> std::borrow::Cow<'_, str> {
+        match &self.kind {
+            SourceKind::InstalledCsv { namespace, name } => format!("{namespace}/{name}").into(),
+            _ => self.name.as_str().into(),
+        }
     }
 }
 

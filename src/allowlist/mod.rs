@@ -11,6 +11,7 @@
 mod catalog;
 mod csv;
 mod emit;
+mod entries;
 mod error;
 mod exempt;
 mod fbc;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::tasks;
-use crate::allowlist::{INSTALLED_PREFIX, Source};
+use crate::allowlist::Source;
 use crate::audit::ClusterSettings;
 use crate::audit::installed::{self, Csvs, Followed};
 use crate::metrics::{ReloadMetrics, Reloaded};
@@ -93,10 +93,7 @@ async fn watch(
     let mut down: Option<std::time::SystemTime> = None;
     let tell = |followed| match followed {
         Followed::Installed(sources) => {
-            let names: Vec<&str> = sources
-                .iter()
-                .map(|s| s.name.strip_prefix(INSTALLED_PREFIX).unwrap_or(&s.name))
-                .collect();
+            let names: Vec<_> = sources.iter().map(Source::short_name).collect();
             tracing::info!(csvs = %names.join(","), "installed ClusterServiceVersions changed");
             metrics.reload(Reloaded::InstalledCsvs, true);
             installed.publish(sources);

@@ -397,7 +397,10 @@ mod tests {
         Source {
             name: Source::installed_csv_name("redhat-ods-operator", name),
             text: std::fs::read_to_string(path).unwrap(),
-            kind: crate::allowlist::SourceKind::InstalledCsv,
+            kind: crate::allowlist::SourceKind::InstalledCsv {
+                namespace: "redhat-ods-operator".into(),
+                name: name.into(),
+            },
         }
     }
 
