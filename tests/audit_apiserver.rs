@@ -2,8 +2,10 @@
 //! `Client` over a `tower-test` mock service whose handle answers each
 //! request from a table, as kube-rs' controller-rs tests its reconcilers. Each test plays one request
 //! sequence: discovery, a list in two pages, a kind RBAC forbids, a
-//! PolicyReport written once and then left alone, and the CSV watch
-//! relisting after `410 Gone`.
+//! PolicyReport written once and then left alone, the CSV watch relisting
+//! after `410 Gone`, `cleanup` deleting what audits wrote, the owner's uid,
+//! Events created once, and the nodes' platforms. The paths asserted are
+//! the ones kube derives from each type: none is written by hand in `src/`.
 //!
 //! What the real apiserver adds (tests/e2e, on Kubernetes 1.20): its own
 //! discovery documents, paging, RBAC and watch semantics; here the test
@@ -484,4 +486,191 @@ fn rules<'a>(
         allowlist,
         published: None,
     }
+}
+
+/// The path of a request, without its query.
+fn path_of(seen: &Seen) -> &str {
+    seen.uri.split('?').next().unwrap()
+}
+
+/// `cleanup --owner`: what audits wrote is found by its label in every
+/// namespace, kept when it is an audit's (a report's name, an Event's
+/// reason) and the owner's, and deleted with its uid as the precondition;
+/// a report kind whose CRD is not served is passed over. Every path is the
+/// one kube derives from the type.
+#[tokio::test]
+async fn cleanup_deletes_what_audits_wrote_with_its_uid_as_the_precondition() {
+    let (apiserver, connection) = Apiserver::connect(|seen, _| {
+        let query = seen.uri.split_once('?').map_or("", |(_, q)| q);
+        match (seen.method.as_str(), path_of(seen)) {
+            ("GET", _) if !query.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Ddigest-gate") => {
+                status(400, "BadRequest", &format!("unselected list: {query}"))
+            }
+            ("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports") => page(
+                vec![
+                    json!({"metadata": {"name": "digest-gate", "namespace": "m", "uid": "r-1",
+                                        "ownerReferences": [{"uid": "role-1"}]}}),
+                    json!({"metadata": {"name": "digest-gate", "namespace": "n", "uid": "r-2",
+                                        "ownerReferences": [{"uid": "role-2"}]}}),
+                    json!({"metadata": {"name": "cpol-require-labels", "namespace": "m", "uid": "r-3",
+                                        "ownerReferences": [{"uid": "role-1"}]}}),
+                ],
+                None,
+            ),
+            ("GET", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports") => status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+            ("GET", "/api/v1/events") => page(
+                vec![
+                    json!({"metadata": {"name": "p.1", "namespace": "m", "uid": "e-1",
+                                        "ownerReferences": [{"uid": "role-1"}]}, "reason": "UnpromotedImage"}),
+                    json!({"metadata": {"name": "p.2", "namespace": "m", "uid": "e-2",
+                                        "ownerReferences": [{"uid": "role-1"}]}, "reason": "Pulled"}),
+                ],
+                None,
+            ),
+            ("DELETE", _) => ok(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})),
+            (_, path) => status(404, "NotFound", path),
+        }
+    });
+    let removed = audit::write::remove(&connection, Some("role-1")).await.unwrap();
+    assert_eq!((removed.reports, removed.events), (1, 1), "{:?}", removed.errors);
+    assert!(removed.errors.is_empty(), "{:?}", removed.errors);
+    let deletes: Vec<(String, Value)> = apiserver
+        .writes()
+        .iter()
+        .map(|s| {
+            (
+                path_of(s).to_owned(),
+                s.body.clone().unwrap_or_default()["preconditions"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        deletes,
+        [
+            (
+                "/apis/wgpolicyk8s.io/v1alpha2/namespaces/m/policyreports/digest-gate".to_owned(),
+                json!({"uid": "r-1"})
+            ),
+            (
+                "/api/v1/namespaces/m/events/p.1".to_owned(),
+                json!({"uid": "e-1"})
+            ),
+        ]
+    );
+}
+
+/// `cleanup --owner NAME` deletes by the ClusterRole's uid, read as
+/// metadata only; a role that does not exist is an error naming it.
+#[tokio::test]
+async fn the_owner_is_the_cluster_roles_uid() {
+    let (apiserver, connection) = Apiserver::connect(|seen, _| match path_of(seen) {
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/digest-gate-audit" => ok(json!({
+            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"name": "digest-gate-audit", "uid": "role-1"}})),
+        _ => status(
+            404,
+            "NotFound",
+            "clusterroles.rbac.authorization.k8s.io \"gone\" not found",
+        ),
+    });
+    let uid = audit::write::cluster_role_uid(&connection, "digest-gate-audit").await;
+    assert_eq!(uid.map_err(|f| f.message().to_owned()), Ok("role-1".to_owned()));
+    let missing = audit::write::cluster_role_uid(&connection, "gone")
+        .await
+        .unwrap_err();
+    assert!(
+        missing.message().contains("ClusterRole \"gone\""),
+        "{}",
+        missing.message()
+    );
+    let paths: Vec<String> = apiserver.seen().iter().map(|s| path_of(s).to_owned()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/digest-gate-audit",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/gone"
+        ]
+    );
+}
+
+/// `audit --events`: one Warning Event per finding, in the object's
+/// namespace, labelled as an audit's; a rerun's create is refused as
+/// AlreadyExists (409) and counted unchanged, so nothing is written twice.
+#[tokio::test]
+async fn an_event_per_finding_is_created_once() {
+    let (apiserver, connection) =
+        Apiserver::connect(|seen, before| match (seen.method.as_str(), path_of(seen)) {
+            ("POST", "/api/v1/namespaces/models/events") => {
+                let name = &seen.body.as_ref().unwrap()["metadata"]["name"];
+                if before
+                    .iter()
+                    .any(|b| b.body.as_ref().is_some_and(|v| &v["metadata"]["name"] == name))
+                {
+                    status(409, "AlreadyExists", "events already exists")
+                } else {
+                    (StatusCode::CREATED, seen.body.as_ref().unwrap().to_string())
+                }
+            }
+            (_, path) => status(404, "NotFound", path),
+        });
+    let list = incident_allowlist();
+    let policy = Policy::default();
+    let object = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "stale", "namespace": "models", "uid": "uid-stale"},
+        "spec": {"containers": [{"name": "ovms", "image": format!("{REPO}@{BAD}")}]}});
+    let j = digest_gate::judge::judge(&object, None, &policy, &list);
+    let reports = vec![digest_gate::report::ObjectReport::new(
+        "cluster:scripted".into(),
+        &object,
+        &j,
+        &list,
+        |_| None,
+    )];
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let first = audit::write::events(&connection, &reports, None, now)
+        .await
+        .unwrap();
+    let again = audit::write::events(&connection, &reports, None, now)
+        .await
+        .unwrap();
+    assert_eq!((first.created, first.unchanged), (1, 0));
+    assert_eq!((again.created, again.unchanged), (0, 1));
+    let event = apiserver.writes()[0].body.clone().unwrap();
+    assert_eq!(event["reason"], "UnpromotedImage");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(
+        event["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "digest-gate"
+    );
+    assert_eq!(
+        event["involvedObject"],
+        json!({"apiVersion": "v1", "kind": "Pod", "name": "stale", "namespace": "models", "uid": "uid-stale"})
+    );
+}
+
+/// `audit --registry` without `--platform`: every distinct os/arch of the
+/// nodes, read page by page; a Node without both labels is passed over.
+#[tokio::test]
+async fn the_nodes_platforms_are_read_page_by_page() {
+    let node = |name: &str, os: &str, arch: &str| json!({"metadata": {"name": name, "labels": {"kubernetes.io/os": os, "kubernetes.io/arch": arch}}});
+    let (apiserver, connection) = Apiserver::connect(move |seen, _| match path_of(seen) {
+        "/api/v1/nodes" if seen.uri.contains("continue=n-2") => page(vec![node("c", "linux", "arm64")], None),
+        "/api/v1/nodes" => page(
+            vec![
+                node("a", "linux", "amd64"),
+                node("b", "linux", "amd64"),
+                json!({"metadata": {"name": "unlabelled"}}),
+            ],
+            Some("n-2"),
+        ),
+        path => status(404, "NotFound", path),
+    });
+    let platforms = audit::nodes::platforms(&connection).await.unwrap();
+    let named: Vec<String> = platforms.iter().map(ToString::to_string).collect();
+    assert_eq!(named, ["linux/amd64", "linux/arm64"]);
+    assert_eq!(apiserver.seen().len(), 2);
 }

@@ -305,6 +305,25 @@ fn no_file_holds_more_than_600_production_lines() {
     );
 }
 
+/// Kubernetes API paths come from kube's resource types (`url_path`, `Api`),
+/// never from strings: a path written by hand drifts from the group,
+/// version or plural it means, and no type checks it.
+#[test]
+fn no_api_path_is_written_by_hand() {
+    let mut by_hand = Vec::new();
+    for file in files() {
+        for (n, line) in file.code.lines().enumerate() {
+            if ["\"/api/", "\"/apis/", "(\"/api/", "!(\"/api"]
+                .iter()
+                .any(|p| line.contains(p))
+            {
+                by_hand.push(format!("{}:{}: {}", file.rel, n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(by_hand.is_empty(), "API paths written by hand: {by_hand:?}");
+}
+
 /// ARCHITECTURE.md is the one map of the code: its floors are the ones
 /// checked above, and every module and every file of a module folder is
 /// named in it.

@@ -19,7 +19,9 @@ pub mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::core::{ApiResource, Request, discovery::Scope as ApiScope, params::ListParams};
+use kube::core::{
+    ApiResource, DynamicObject, Request, Resource, discovery::Scope as ApiScope, params::ListParams,
+};
 use kube::discovery::{ApiCapabilities, Discovery, verbs};
 use serde::Deserialize;
 use serde_json::Value;
@@ -577,7 +579,7 @@ async fn namespaces(
         Scope::Namespaces(list) => {
             let mut given = Vec::new();
             for ns in list {
-                let request = Request::new("/api/v1/namespaces")
+                let request = Request::new(k8s_openapi::api::core::v1::Namespace::url_path(&(), None))
                     .get(ns, &Default::default())
                     .map_err(|e| AuditError::Request(format!("namespace \"{ns}\": {e}")))?;
                 match connection.client.request::<serde::de::IgnoredAny>(request).await {
@@ -680,15 +682,7 @@ impl Lister<'_> {
         mut each: impl FnMut(Value),
     ) -> Result<(), RequestFailure> {
         let r = self.resource;
-        let prefix = if r.group.is_empty() {
-            format!("/api/{}", r.version)
-        } else {
-            format!("/apis/{}/{}", r.group, r.version)
-        };
-        let path = match namespace {
-            Some(ns) => format!("{prefix}/namespaces/{ns}/{}", r.plural),
-            None => format!("{prefix}/{}", r.plural),
-        };
+        let path = DynamicObject::url_path(r, namespace);
         let doing = match namespace {
             Some(ns) => format!("list {}s ({}) in namespace \"{ns}\"", r.kind, r.api_version),
             None => format!("list {}s ({})", r.kind, r.api_version),

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use kube::core::Request;
+use k8s_openapi::api::core::v1::Node;
 use kube::core::params::ListParams;
+use kube::core::{Request, Resource};
 use serde_json::Value;
 
 use super::{AuditError, Connection};
@@ -17,7 +18,7 @@ pub async fn platforms(connection: &Connection) -> Result<Vec<Platform>, AuditEr
     let mut found = BTreeSet::new();
     let mut params = ListParams::default().limit(500);
     loop {
-        let request = Request::new("/api/v1/nodes")
+        let request = Request::new(Node::url_path(&(), None))
             .list(&params)
             .map_err(|e| AuditError::Request(format!("cannot list nodes: {e}")))?;
         let page: Value = match connection.client.request(request).await {

@@ -8,6 +8,10 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::audit::{AuditError, Connection, Page, RequestFailure};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
+use kube::core::ApiResource;
 
 /// What [`remove`] deleted.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -18,12 +22,14 @@ pub struct Removed {
     pub errors: Vec<String>,
 }
 
-/// What an audit writes, by API prefix and plural.
-pub(super) const WRITTEN: [(&str, &str, &str); 3] = [
-    (GROUP_PATH, "policyreports", "PolicyReport"),
-    (GROUP_PATH, "clusterpolicyreports", "ClusterPolicyReport"),
-    ("/api/v1", "events", "Event"),
-];
+/// The kinds an audit writes.
+pub(super) fn written() -> [ApiResource; 3] {
+    [
+        report_resource(true),
+        report_resource(false),
+        ApiResource::erase::<Event>(&()),
+    ]
+}
 
 /// Deletes what audits wrote: the policy reports named [`POLICY`] and the
 /// [`EVENT_REASON`] Events, found by the [`MANAGED_BY`] label; with
@@ -33,8 +39,9 @@ pub(super) const WRITTEN: [(&str, &str, &str); 3] = [
 /// ignored Events in every API group since Kubernetes 1.25.
 pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<Removed, AuditError> {
     let mut removed = Removed::default();
-    for (prefix, plural, kind) in WRITTEN {
-        let found = match ours(connection, prefix, plural, kind, owner_uid).await {
+    for resource in written() {
+        let kind = resource.kind.as_str();
+        let found = match ours(connection, &resource, owner_uid).await {
             Ok(found) => found,
             // The CRDs are not installed: no report was ever written.
             Err(None) => continue,
@@ -45,10 +52,7 @@ pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<
             }
         };
         for meta in found {
-            let collection = match &meta.namespace {
-                Some(ns) => format!("{prefix}/namespaces/{ns}/{plural}"),
-                None => format!("{prefix}/{plural}"),
-            };
+            let collection = collection(&resource, meta.namespace.as_deref());
             let doing = match &meta.namespace {
                 Some(ns) => format!("delete {kind} \"{}\" in namespace \"{ns}\"", meta.name),
                 None => format!("delete {kind} \"{}\"", meta.name),
@@ -116,12 +120,10 @@ impl Item {
 /// `owner_uid` owns). `Err(None)`: the cluster does not serve them.
 pub(super) async fn ours(
     connection: &Connection,
-    prefix: &str,
-    plural: &str,
-    kind: &str,
+    resource: &ApiResource,
     owner_uid: Option<&str>,
 ) -> Result<Vec<Meta>, Option<RequestFailure>> {
-    let path = format!("{prefix}/{plural}");
+    let (path, kind) = (collection(resource, None), resource.kind.as_str());
     let mut params = ListParams::default()
         .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
         .limit(500);
@@ -153,17 +155,14 @@ pub(super) async fn ours(
 /// writes, and what `cleanup --owner` deletes by.
 pub async fn cluster_role_uid(connection: &Connection, name: &str) -> Result<String, RequestFailure> {
     let doing = format!("get ClusterRole \"{name}\"");
-    let request = Request::new("/apis/rbac.authorization.k8s.io/v1/clusterroles")
-        .get(name, &Default::default())
-        .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
-    let role: Value = connection
-        .client
-        .request(request)
+    let roles: Api<ClusterRole> = Api::all(connection.client.clone());
+    let role = roles
+        .get_metadata(name)
         .await
         .map_err(|e| connection.describe(&doing, &e))?;
-    role.pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    role.metadata
+        .uid
+        .filter(|uid| !uid.is_empty())
         .ok_or_else(|| RequestFailure::Request(format!("ClusterRole \"{name}\" has no uid")))
 }
 

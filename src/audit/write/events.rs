@@ -12,6 +12,8 @@ use super::reports::result_of;
 use super::*;
 use crate::audit::{AuditError, Connection, RequestFailure};
 use crate::report::{ImageReport, ObjectReport};
+use k8s_openapi::api::core::v1::Event;
+use kube::core::Resource;
 
 /// Creates a Warning Event for each finding of each object; a finding that
 /// already has one (its name is derived from the object's uid and the
@@ -63,7 +65,7 @@ pub async fn events(
                 "count": 1,
             });
             let at = format!("create an Event for {kind} \"{name}\"");
-            let request = Request::new(format!("/api/v1/namespaces/{ns}/events"))
+            let request = Request::new(Event::url_path(&(), Some(ns)))
                 .create(&PostParams::default(), body.to_string().into_bytes())
                 .map_err(|e| AuditError::Request(format!("cannot {at}: {e}")))?;
             match connection.client.request::<serde::de::IgnoredAny>(request).await {

@@ -13,6 +13,8 @@ mod cleanup;
 mod events;
 mod reports;
 
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, Resource};
+
 pub use cleanup::{Removed, cluster_role_owner, cluster_role_uid, remove};
 pub use events::events;
 pub use reports::{Gathered, needs_action, policy_reports};
@@ -25,7 +27,22 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "digest-ga
 /// The Event reason.
 pub const EVENT_REASON: &str = "UnpromotedImage";
 
-pub(super) const GROUP_PATH: &str = "/apis/wgpolicyk8s.io/v1alpha2";
+/// The report kinds an audit writes, `wgpolicyk8s.io/v1alpha2`: the
+/// namespaced PolicyReport, or the ClusterPolicyReport.
+pub(super) fn report_resource(namespaced: bool) -> ApiResource {
+    let (kind, plural) = match namespaced {
+        true => ("PolicyReport", "policyreports"),
+        false => ("ClusterPolicyReport", "clusterpolicyreports"),
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", kind), plural)
+}
+
+/// Where objects of `resource` in `namespace` (every one, or a
+/// cluster-scoped kind: `None`) are listed and created: kube's path for
+/// the type, never one written by hand.
+pub(super) fn collection(resource: &ApiResource, namespace: Option<&str>) -> String {
+    DynamicObject::url_path(resource, namespace)
+}
 /// etcd refuses objects over 1.5 MiB; a report stays under this, dropping
 /// `pass` results first (the summary still counts them).
 pub(super) const MAX_REPORT_BYTES: usize = 1 << 20;

@@ -401,15 +401,13 @@ pub(super) async fn stored_reports(
     covered: &Covered,
     passes: bool,
 ) -> Result<HashMap<Option<String>, Stored>, AuditError> {
+    let namespaced = report_resource(true);
     let mut paths = match &covered.namespaces {
-        None => vec![format!("{GROUP_PATH}/policyreports")],
-        Some(set) => set
-            .iter()
-            .map(|ns| format!("{GROUP_PATH}/namespaces/{ns}/policyreports"))
-            .collect(),
+        None => vec![collection(&namespaced, None)],
+        Some(set) => set.iter().map(|ns| collection(&namespaced, Some(ns))).collect(),
     };
     if covered.cluster {
-        paths.push(format!("{GROUP_PATH}/clusterpolicyreports"));
+        paths.push(collection(&report_resource(false), None));
     }
     let mut params = ListParams::default()
         .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
@@ -459,17 +457,11 @@ pub(super) async fn write_report(
     owner: Option<&Value>,
     exists: bool,
 ) -> Result<(), RequestFailure> {
-    let (path, kind, at) = match ns {
-        Some(ns) => (
-            format!("{GROUP_PATH}/namespaces/{ns}/policyreports"),
-            "PolicyReport",
-            format!("write the PolicyReport in namespace \"{ns}\""),
-        ),
-        None => (
-            format!("{GROUP_PATH}/clusterpolicyreports"),
-            "ClusterPolicyReport",
-            "write the ClusterPolicyReport".to_owned(),
-        ),
+    let resource = report_resource(ns.is_some());
+    let path = collection(&resource, ns);
+    let at = match ns {
+        Some(ns) => format!("write the {} in namespace \"{ns}\"", resource.kind),
+        None => format!("write the {}", resource.kind),
     };
     let request = if exists {
         // A merge patch replaces the arrays whole: the stored report
@@ -488,8 +480,8 @@ pub(super) async fn write_report(
             metadata["ownerReferences"] = json!([owner]);
         }
         let body = json!({
-            "apiVersion": "wgpolicyk8s.io/v1alpha2",
-            "kind": kind,
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
             "metadata": metadata,
             "results": content.results,
             "summary": content.summary,
