@@ -26,10 +26,12 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::entries::Ctx;
+use super::entries::{Ctx, Entries, Format, SourceSummary};
 use super::error::LoadError;
-use super::fbc::{BundleBlob, Catalog, ChannelBlob, Entry, PackageSummary, distances, summarize};
-use super::load::{Format, Loader};
+use super::fbc::{
+    BundleBlob, Catalog, CatalogOptions, ChannelBlob, Entry, PackageSummary, distances, summarize,
+};
+
 use super::{Origin, Provenance};
 use crate::json;
 use crate::yaml::stream::Failure;
@@ -127,15 +129,32 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-// === impl Loader ===
+/// What the catalog reader keeps from one source to the next: the blobs
+/// read (a bundle is promoted only once every source is read, as the
+/// channel listing it may come later), which packages and channel to
+/// keep, and the summary of each package promoted.
+#[derive(Default)]
+pub(super) struct CatalogState {
+    catalog: Catalog,
+    options: CatalogOptions,
+    pub(super) summaries: Vec<PackageSummary>,
+}
 
-impl Loader {
+impl CatalogState {
+    pub(super) fn new(options: CatalogOptions) -> Self {
+        Self {
+            options,
+            ..Self::default()
+        }
+    }
+
     /// A JSON catalog: objects one after another, each split off
     /// ([`json::values`]), parsed, kept if it is wanted and dropped before
     /// the next. A syntax error ends the file (nothing after it can be
     /// placed); a blob of the wrong shape is named and skipped.
-    pub(super) fn catalog_json(
+    pub(super) fn json(
         &mut self,
+        out: &mut Entries<'_>,
         file: &str,
         text: Box<dyn BufRead + '_>,
     ) -> Result<(Format, usize), Failure> {
@@ -150,13 +169,13 @@ impl Loader {
         let read = json::values(&mut source, |piece| {
             let line = piece.start.line;
             match serde_json::from_slice::<Blob>(&piece.bytes) {
-                Ok(blob) => self.catalog_blob(&shared, blob, line),
+                Ok(blob) => self.blob(out, &shared, blob, line),
                 Err(e) if e.is_data() => {
-                    self.errors
+                    out.errors
                         .push(blob_error(file, line + e.line().saturating_sub(1), &e));
                 }
                 Err(e) => {
-                    self.errors
+                    out.errors
                         .push(syntax(line + e.line().saturating_sub(1), e.to_string()));
                     return ControlFlow::Break(());
                 }
@@ -166,29 +185,30 @@ impl Loader {
         match read {
             Ok(()) => {}
             Err(e) if e.is_read() => return Err(Failure::Read(io::Error::other(e.message))),
-            Err(e) => self.errors.push(syntax(e.line, e.message)),
+            Err(e) => out.errors.push(syntax(e.line, e.message)),
         }
         Ok((Format::Catalog, 0))
     }
 
     /// A catalog blob read as a YAML document (or a List item).
-    pub(super) fn catalog_document(
+    pub(super) fn document(
         &mut self,
+        out: &mut Entries<'_>,
         ctx: &Ctx<'_>,
         value: &Value,
         ptr: &str,
     ) -> Option<(Format, usize)> {
         let line = ctx.doc.line_of(ptr);
         match Blob::deserialize(value) {
-            Ok(blob) => self.catalog_blob(&ctx.shared, blob, line),
-            Err(e) => self
+            Ok(blob) => self.blob(out, &ctx.shared, blob, line),
+            Err(e) => out
                 .errors
                 .push(ctx.error(ptr, format!("not a catalog blob: {e}"))),
         }
         Some((Format::Catalog, 0))
     }
 
-    fn catalog_blob(&mut self, file: &Arc<str>, blob: Blob, line: usize) {
+    fn blob(&mut self, out: &mut Entries<'_>, file: &Arc<str>, blob: Blob, line: usize) {
         let error = |message: String| LoadError {
             file: file.to_string(),
             line: Some(line),
@@ -211,14 +231,14 @@ impl Loader {
         }
         match blob.schema.as_str() {
             "olm.package" => match required(blob.name, "name") {
-                Ok(name) if self.catalog_options.keeps(&name) => {
+                Ok(name) if self.options.keeps(&name) => {
                     self.catalog.default_channels.insert(name, blob.default_channel);
                 }
                 Ok(_) => {}
-                Err(e) => self.errors.push(e),
+                Err(e) => out.errors.push(e),
             },
             "olm.channel" => match (required(blob.package, "package"), required(blob.name, "name")) {
-                (Ok(package), Ok(name)) if self.catalog_options.keeps(&package) => {
+                (Ok(package), Ok(name)) if self.options.keeps(&package) => {
                     self.catalog.channels.push(ChannelBlob {
                         package,
                         name,
@@ -226,10 +246,10 @@ impl Loader {
                     });
                 }
                 (Ok(_), Ok(_)) => {}
-                (Err(e), _) | (_, Err(e)) => self.errors.push(e),
+                (Err(e), _) | (_, Err(e)) => out.errors.push(e),
             },
             "olm.bundle" => match (required(blob.package, "package"), required(blob.name, "name")) {
-                (Ok(package), Ok(name)) if self.catalog_options.keeps(&package) => {
+                (Ok(package), Ok(name)) if self.options.keeps(&package) => {
                     let own = blob.image.unwrap_or_default();
                     let mut images: Vec<String> = Vec::new();
                     for r in blob.related_images.unwrap_or_default() {
@@ -254,7 +274,7 @@ impl Loader {
                     });
                 }
                 (Ok(_), Ok(_)) => {}
-                (Err(e), _) | (_, Err(e)) => self.errors.push(e),
+                (Err(e), _) | (_, Err(e)) => out.errors.push(e),
             },
             // olm.deprecations, and schemas of others' own: nothing promoted.
             _ => {}
@@ -264,16 +284,16 @@ impl Loader {
     /// Promotes what the catalog blobs read from every source say, once
     /// all are read: a bundle is promoted only if some channel lists it,
     /// which may be in a file read after it.
-    pub(super) fn promote_catalog(&mut self) {
+    pub(super) fn promote(&mut self, out: &mut Entries<'_>, sources: &mut [SourceSummary]) {
         let catalog = std::mem::take(&mut self.catalog);
         if catalog.seen.is_empty() {
             return;
         }
         // Named packages no catalog read has: a typo would leave every
         // image of the operator unpromoted.
-        for wanted in &self.catalog_options.packages {
+        for wanted in &self.options.packages {
             if !catalog.seen.contains(wanted) {
-                self.errors.push(LoadError {
+                out.errors.push(LoadError {
                     file: "--catalog-package".into(),
                     line: None,
                     entry: None,
@@ -284,10 +304,10 @@ impl Loader {
                 });
             }
         }
-        if let Some(channel) = &self.catalog_options.channel
+        if let Some(channel) = &self.options.channel
             && !catalog.channels.iter().any(|c| &c.name == channel)
         {
-            self.errors.push(LoadError {
+            out.errors.push(LoadError {
                 file: "--catalog-channel".into(),
                 line: None,
                 entry: None,
@@ -296,16 +316,12 @@ impl Loader {
             return;
         }
         let mut promoted: HashMap<Arc<str>, usize> = HashMap::new();
-        let kept: Vec<&String> = catalog
-            .seen
-            .iter()
-            .filter(|p| self.catalog_options.keeps(p))
-            .collect();
+        let kept: Vec<&String> = catalog.seen.iter().filter(|p| self.options.keeps(p)).collect();
         for package in kept {
-            let summary = self.promote_package(&catalog, package, &mut promoted);
-            self.catalogs.push(summary);
+            let summary = self.promote_package(out, &catalog, package, &mut promoted);
+            self.summaries.push(summary);
         }
-        for source in &mut self.sources {
+        for source in sources.iter_mut() {
             if let Some(n) = promoted.get(source.file.as_str()) {
                 source.entries += n;
             }
@@ -314,20 +330,21 @@ impl Loader {
 
     fn promote_package(
         &mut self,
+        out: &mut Entries<'_>,
         catalog: &Catalog,
         package: &str,
         promoted: &mut HashMap<Arc<str>, usize>,
     ) -> PackageSummary {
         let channels: Vec<&ChannelBlob> = catalog.channels.iter().filter(|c| c.package == package).collect();
         let default = catalog.default_channels.get(package).cloned().flatten();
-        let wanted = self.catalog_options.channel.clone().or(default);
+        let wanted = self.options.channel.clone().or(default);
         let ordering = wanted
             .as_deref()
             .and_then(|w| channels.iter().find(|c| c.name == w).copied());
         if let (Some(w), None) = (&wanted, ordering)
             && !channels.is_empty()
         {
-            self.warnings.push(LoadError {
+            out.warnings.push(LoadError {
                 file: package.to_owned(),
                 line: None,
                 entry: None,
@@ -351,7 +368,7 @@ impl Loader {
         for bundle in catalog.bundles.iter().filter(|b| b.package == package) {
             summary.bundles += 1;
             if !listed.contains(bundle.name.as_str()) {
-                self.warnings.push(LoadError {
+                out.warnings.push(LoadError {
                     file: bundle.file.to_string(),
                     line: Some(bundle.line),
                     entry: None,
@@ -371,49 +388,49 @@ impl Loader {
                     .find(|c| c.entries.iter().any(|e| e.name == bundle.name))
                     .map_or("", |c| c.name.as_str()),
             };
-            let n = self.promote_bundle(package, bundle, channel, rank);
+            let n = promote_bundle(out, package, bundle, channel, rank);
             *promoted.entry(bundle.file.clone()).or_default() += n;
         }
         summary
     }
+}
 
-    /// One bundle's related images, as a release of `package` named by
-    /// its place on `channel`.
-    fn promote_bundle(
-        &mut self,
-        package: &str,
-        bundle: &BundleBlob,
-        channel: &str,
-        rank: Option<u32>,
-    ) -> usize {
-        let provenance = self.builder.provenance(Provenance {
-            source: bundle.file.clone(),
-            origin: format!(
-                "catalog package {package} bundle {} (channel {channel})",
-                bundle.name
-            ),
-            version: bundle.version.clone(),
-            package: Some(package.to_owned()),
-            name: Some(bundle.name.clone()),
-            replaces: None,
-            rank,
+/// One bundle's related images, as a release of `package` named by
+/// its place on `channel`.
+fn promote_bundle(
+    out: &mut Entries<'_>,
+    package: &str,
+    bundle: &BundleBlob,
+    channel: &str,
+    rank: Option<u32>,
+) -> usize {
+    let provenance = out.builder.provenance(Provenance {
+        source: bundle.file.clone(),
+        origin: format!(
+            "catalog package {package} bundle {} (channel {channel})",
+            bundle.name
+        ),
+        version: bundle.version.clone(),
+        package: Some(package.to_owned()),
+        name: Some(bundle.name.clone()),
+        replaces: None,
+        rank,
+    });
+    let origin = Origin {
+        file: bundle.file.clone(),
+        line: bundle.line,
+        provenance,
+    };
+    let mut promoted = 0;
+    for image in &bundle.images {
+        promoted += out.promote_at(image, &origin, |message| LoadError {
+            file: bundle.file.to_string(),
+            line: Some(bundle.line),
+            entry: Some(format!("bundle {}", bundle.name)),
+            message,
         });
-        let origin = Origin {
-            file: bundle.file.clone(),
-            line: bundle.line,
-            provenance,
-        };
-        let mut promoted = 0;
-        for image in &bundle.images {
-            promoted += self.entries().promote_at(image, &origin, |message| LoadError {
-                file: bundle.file.to_string(),
-                line: Some(bundle.line),
-                entry: Some(format!("bundle {}", bundle.name)),
-                message,
-            });
-        }
-        promoted
     }
+    promoted
 }
 
 fn blob_error(file: &str, line: usize, e: &serde_json::Error) -> LoadError {

@@ -1,6 +1,7 @@
 //! What every format's reader writes to: [`Entries`] (the builder and the
 //! problems found), [`Ctx`] (where in a structured document an entry is),
-//! and [`promotable`], the one rule for an image a list may promote.
+//! [`promotable`], the one rule for an image a list may promote, and what a
+//! reader says it read ([`Format`], [`SourceSummary`]).
 
 use std::sync::Arc;
 
@@ -11,6 +12,32 @@ use super::input::SourceKind;
 use super::{Builder, Origin};
 use crate::reference;
 use crate::yaml::{self, Document};
+
+/// What kind of source a file was, as `lint` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
+pub enum Format {
+    #[strum(serialize = "Allowlist")]
+    Native,
+    ClusterServiceVersion,
+    ImageSetConfiguration,
+    #[strum(serialize = "plain list")]
+    PlainList,
+    /// An OLM file-based catalog (`olm.package`, `olm.channel`, `olm.bundle`).
+    #[strum(serialize = "file-based catalog")]
+    Catalog,
+    /// A YAML stream holding documents of several of the above.
+    #[strum(serialize = "mixed documents")]
+    Mixed,
+}
+
+/// What one source contributed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSummary {
+    pub file: String,
+    pub format: Format,
+    /// Promoted images read from it.
+    pub entries: usize,
+}
 
 /// Where in a structured document an entry is.
 pub(super) struct Ctx<'a> {

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use saphyr_parser::Span;
 use serde_json::Value;
 
-use super::entries::{Ctx, Entries, dotted};
+use super::catalog::CatalogState;
+use super::entries::{Ctx, Entries, Format, SourceSummary, dotted};
 use super::error::{LoadError, LoadErrors, file_error};
-use super::fbc::{Catalog, CatalogOptions, PackageSummary};
+use super::fbc::{CatalogOptions, PackageSummary};
 use super::input::{Input, Source, SourceKind, inputs, open_files};
 use super::native::{self, Refused, Sink};
 use super::{Allowlist, Builder, Provenance};
@@ -22,32 +23,6 @@ use crate::yaml::stream::{self, Chars, Failure};
 use crate::yaml::{self, YamlError};
 
 pub use super::native::API_VERSION;
-
-/// What kind of source a file was, as `lint` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
-pub enum Format {
-    #[strum(serialize = "Allowlist")]
-    Native,
-    ClusterServiceVersion,
-    ImageSetConfiguration,
-    #[strum(serialize = "plain list")]
-    PlainList,
-    /// An OLM file-based catalog (`olm.package`, `olm.channel`, `olm.bundle`).
-    #[strum(serialize = "file-based catalog")]
-    Catalog,
-    /// A YAML stream holding documents of several of the above.
-    #[strum(serialize = "mixed documents")]
-    Mixed,
-}
-
-/// What one source contributed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceSummary {
-    pub file: String,
-    pub format: Format,
-    /// Promoted images read from it.
-    pub entries: usize,
-}
 
 /// A loaded allowlist with what went into it.
 #[derive(Debug, Clone, Default)]
@@ -96,13 +71,14 @@ pub fn load_sources_with<'a>(
     catalog: &CatalogOptions,
 ) -> Result<Loaded, LoadErrors> {
     let mut loader = Loader {
-        catalog_options: catalog.clone(),
+        catalog: CatalogState::new(catalog.clone()),
         ..Loader::default()
     };
     for s in sources {
         loader.source(s);
     }
-    loader.promote_catalog();
+    let (mut out, catalog, sources) = loader.parts();
+    catalog.promote(&mut out, sources);
     if loader.errors.is_empty() {
         Ok(loader.finish())
     } else {
@@ -132,14 +108,25 @@ pub(super) struct Loader {
     /// What the source being read is.
     pub(super) kind: SourceKind,
     /// The catalog blobs read so far, promoted once every source is read.
-    pub(super) catalog: Catalog,
-    pub(super) catalog_options: CatalogOptions,
-    pub(super) catalogs: Vec<PackageSummary>,
+    /// The catalog reader's state across sources.
+    pub(super) catalog: CatalogState,
 }
 
 // === impl Loader ===
 
 impl Loader {
+    /// The sink the readers write to, the catalog reader's state, and the
+    /// sources read so far: borrowed apart.
+    fn parts(&mut self) -> (Entries<'_>, &mut CatalogState, &mut [SourceSummary]) {
+        let out = Entries {
+            builder: &mut self.builder,
+            errors: &mut self.errors,
+            warnings: &mut self.warnings,
+            kind: &self.kind,
+        };
+        (out, &mut self.catalog, &mut self.sources)
+    }
+
     /// The sink the format readers write to.
     pub(super) fn entries(&mut self) -> Entries<'_> {
         Entries {
@@ -155,7 +142,7 @@ impl Loader {
             allowlist: self.builder.build(),
             sources: self.sources,
             warnings: self.warnings,
-            catalogs: self.catalogs,
+            catalogs: self.catalog.summaries,
         }
     }
 
@@ -208,7 +195,8 @@ impl Loader {
             !(first == Some(true) && catalog)
         })?;
         if first == Some(true) && catalog {
-            return self.catalog_json(file, open()?);
+            let (mut out, catalog, _) = self.parts();
+            return catalog.json(&mut out, file, open()?);
         }
         if structured {
             self.structured(file, open()?, !merges)
@@ -380,7 +368,8 @@ impl Loader {
         };
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
         if kind.is_empty() && obj.contains_key("schema") {
-            return self.catalog_document(ctx, value, ptr);
+            let (mut out, catalog, _) = self.parts();
+            return catalog.document(&mut out, ctx, value, ptr);
         }
         match kind {
             "Allowlist" => {

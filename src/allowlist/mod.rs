@@ -36,6 +36,7 @@ use rows::*;
 pub use rows::{Promoted, Repository};
 
 pub use emit::{Found, to_native_yaml, to_native_yaml_with};
+pub use entries::{Format, SourceSummary};
 pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
 pub use fbc::{CatalogOptions, ChannelSummary, PackageSummary};
@@ -45,8 +46,7 @@ pub use input::{
 };
 pub use lint::{Lint, lint};
 pub use load::{
-    Format, Loaded, SourceSummary, load_paths, load_paths_with, load_sources, load_sources_with, load_text,
-    load_with_installed,
+    Loaded, load_paths, load_paths_with, load_sources, load_sources_with, load_text, load_with_installed,
 };
 
 #[cfg(test)]
