@@ -132,14 +132,7 @@ pub(super) fn run(args: &AuditArgs) -> u8 {
         let connection = audit::Connection::open(&args.connection.settings())
             .await
             .map_err(|e| e.to_string())?;
-        let mut installed = Vec::new();
-        for csvs in &args.csvs.allowlist_csv {
-            let read = audit::installed::read(&connection, csvs).await;
-            installed.extend(read.map_err(|f| f.message().to_owned())?);
-        }
-        let loaded = allowlist::load_with_installed(&files, &installed, &policy.catalog)
-            .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
-        judged_by(&policy, &loaded.allowlist)?;
+        let loaded = with_installed(&connection, args, &files, &policy).await?;
         let target = audit::Target {
             scope: scope(args, &connection),
             label_selector: args.selector.clone(),
@@ -183,6 +176,25 @@ pub(super) fn run(args: &AuditArgs) -> u8 {
     found.report.notes.push(read_note(&connection, &found));
     let _ = writer.finish(&mut found.report, None);
     report::exit_code(&found.report)
+}
+
+/// The allowlist files and then the installed CSVs `--allowlist-csv`
+/// names, read from the cluster, as one allowlist it may judge by.
+async fn with_installed(
+    connection: &audit::Connection,
+    args: &AuditArgs,
+    files: &[allowlist::OpenFile],
+    policy: &crate::policy::Policy,
+) -> Result<allowlist::Loaded, String> {
+    let mut installed = Vec::new();
+    for csvs in &args.csvs.allowlist_csv {
+        let read = audit::installed::read(connection, csvs).await;
+        installed.extend(read.map_err(|f| f.message().to_owned())?);
+    }
+    let loaded = allowlist::load_with_installed(files, &installed, &policy.catalog)
+        .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+    judged_by(policy, &loaded.allowlist)?;
+    Ok(loaded)
 }
 
 /// What an audit read, and from where.
