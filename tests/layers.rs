@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["objects", "allowlist", "published"],
     &["policy"],
     &["judge"],
-    &["admission", "report", "sarif", "output", "metrics"],
+    &["admission", "report", "sarif", "output", "metrics", "inventory"],
     &["check", "audit", "registry", "preflight"],
     &["server"],
     &["cli"],

@@ -16,7 +16,8 @@ pub struct Candidates<'a> {
 }
 
 impl<'a> Candidates<'a> {
-    pub(super) fn entries(&self) -> impl Iterator<Item = Repository<'a>> + '_ {
+    /// Its repositories: its own entry, then the ones it mirrors.
+    pub fn entries(&self) -> impl Iterator<Item = Repository<'a>> + '_ {
         self.direct.into_iter().chain(self.mirrored.iter().copied())
     }
 
@@ -45,18 +46,6 @@ impl<'a> Candidates<'a> {
                 .find(|(_, d)| *d == digest)
                 .map(|(p, _)| (index, p))
         })
-    }
-
-    /// The rewrite target when no tag decides: an explicit `rewriteTo`, else
-    /// the only promoted digest. `None` when that is ambiguous.
-    pub fn default_target(&self) -> Option<Promoted<'a>> {
-        let mut explicit = self.entries().filter_map(|r| r.rewrite_to());
-        if let Some(first) = explicit.next() {
-            return explicit.all(|p| p.digest() == first.digest()).then_some(first);
-        }
-        let mut all = self.entries().flat_map(|r| r.digests());
-        let first = all.next()?;
-        all.all(|p| p.digest() == first.digest()).then_some(first)
     }
 
     /// Every source promoting `digest` (across the repository and the ones
@@ -99,54 +88,12 @@ impl<'a> Candidates<'a> {
     }
 
     /// The sources promoting one digest entry.
-    pub(super) fn sources_of(
-        &self,
-        p: Promoted<'a>,
-    ) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + use<'a> {
+    pub fn sources_of(&self, p: Promoted<'a>) -> impl Iterator<Item = (&'a Arc<Provenance>, u32)> + use<'a> {
         let provenances = self.provenances;
         p.promotions().filter_map(move |promotion| {
             let provenance = provenances.get(promotion.provenance as usize)?;
             Some((provenance, promotion.line))
         })
-    }
-
-    /// The newest operator release of one package among the candidates'
-    /// sources, when every promoted digest comes from a release of that
-    /// package and the newest release promotes exactly one of them: during
-    /// an operator upgrade both CSVs are loaded, and the new one is current.
-    pub fn newest_release(&self) -> Option<(Promoted<'a>, &'a Arc<Provenance>)> {
-        let digests = self.promoted();
-        let mut package: Option<&str> = None;
-        let mut best: Option<(Promoted<'a>, &Arc<Provenance>)> = None;
-        let mut tied = false;
-        for &p in &digests {
-            let mut newest: Option<&Arc<Provenance>> = None;
-            for (provenance, _) in self.sources_of(p) {
-                let Some(pkg) = provenance.package.as_deref().filter(|_| provenance.is_release()) else {
-                    continue;
-                };
-                if *package.get_or_insert(pkg) != pkg {
-                    return None;
-                }
-                if newest.is_none_or(|n| provenance.recency() > n.recency()) {
-                    newest = Some(provenance);
-                }
-            }
-            // A digest no release of the package promotes: no order.
-            let newest = newest?;
-            match best {
-                Some((_, b)) if b.recency() == newest.recency() => tied = true,
-                Some((_, b)) if b.recency() > newest.recency() => {}
-                _ => {
-                    best = Some((p, newest));
-                    tied = false;
-                }
-            }
-        }
-        if tied || digests.len() < 2 {
-            return None;
-        }
-        best
     }
 
     /// Every promoted digest, first-listed first, without duplicates.

@@ -590,7 +590,7 @@ mod tests {
         // 3.4.2 is not in the fragment): 3.3.1 is nearest the head; 3.0.0
         // and 3.2.0 are off it.
         let loaded = load(&rhods(), &CatalogOptions::default()).unwrap();
-        let (target, by) = loaded.allowlist.candidates(DASHBOARD).newest_release().unwrap();
+        let (target, by) = crate::policy::newest_release(&loaded.allowlist.candidates(DASHBOARD)).unwrap();
         assert_eq!(
             (target.digest(), by.name.as_deref()),
             (D331, Some("rhods-operator.3.3.1"))
@@ -604,7 +604,7 @@ mod tests {
         let loaded = load(&rhods(), &fast).unwrap();
         let ranks: Vec<Option<u32>> = loaded.allowlist.provenances().iter().map(|p| p.rank).collect();
         assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
-        let (target, _) = loaded.allowlist.candidates(DASHBOARD).newest_release().unwrap();
+        let (target, _) = crate::policy::newest_release(&loaded.allowlist.candidates(DASHBOARD)).unwrap();
         assert_eq!(target.digest(), D331);
     }
 
@@ -618,7 +618,7 @@ mod tests {
         assert_eq!(text.matches(claim).count(), 1, "the fixture changed");
         *text = text.replace(claim, "    packageName: rhods-operator\n    version: 3.2.5\n");
         let loaded = load(&sources, &CatalogOptions::default()).unwrap();
-        let (target, by) = loaded.allowlist.candidates(DASHBOARD).newest_release().unwrap();
+        let (target, by) = crate::policy::newest_release(&loaded.allowlist.candidates(DASHBOARD)).unwrap();
         assert_eq!(
             (target.digest(), by.name.as_deref()),
             (D331, Some("rhods-operator.3.3.1"))
@@ -630,10 +630,7 @@ mod tests {
         sources.push(source("pin.yaml", pinned));
         let loaded = load(&sources, &CatalogOptions::default()).unwrap();
         assert_eq!(
-            loaded
-                .allowlist
-                .candidates(DASHBOARD)
-                .default_target()
+            crate::policy::default_target(&loaded.allowlist.candidates(DASHBOARD))
                 .unwrap()
                 .digest(),
             D300

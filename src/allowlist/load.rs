@@ -474,7 +474,7 @@ mod tests {
         assert_eq!(loaded.sources[0].entries, 2);
         let c = list.candidates("registry.redhat.io/rhods/ovms");
         assert!(c.is_promoted(A) && c.is_promoted(B));
-        assert_eq!(c.default_target().unwrap().digest(), A);
+        assert_eq!(crate::policy::default_target(&c).unwrap().digest(), A);
         assert_eq!(c.digest_for_tag("v1.21.0-15").unwrap().digest(), A);
         assert!(list.candidates("quay.io/modh/ovms").is_promoted(A));
         assert!(
@@ -500,7 +500,7 @@ mod tests {
         assert_eq!((index.digest(), platform), (A, "linux/arm64/v8"));
         assert!(!c.is_promoted(ARM) && c.platform_image(A).is_none());
         // convert writes them, and what it writes loads the same.
-        let converted = super::super::emit::to_native_yaml(&loaded.allowlist, "x", &[]);
+        let converted = crate::inventory::to_native_yaml(&loaded.allowlist, "x", &[]);
         assert!(
             converted.contains(&format!(
                 "          platforms:\n            - {{platform: linux/arm64/v8, digest: {ARM}}}\n            - {{platform: linux/amd64, digest: {B}}}\n"
@@ -519,7 +519,7 @@ mod tests {
             .platforms()
             .collect();
         assert_eq!(images, [("linux/arm64/v8", ARM), ("linux/amd64", B)]);
-        let lint = super::super::lint(&loaded);
+        let lint = crate::inventory::lint(&loaded);
         assert!(
             lint.report.contains("note: quay.io/a/b@sha256:8af20e48bb48 is an index; its images are promoted for their platforms: linux/arm64/v8 sha256:a64a64a64a64, linux/amd64 sha256:7ef272bc7be8"),
             "{}",
@@ -568,7 +568,7 @@ mod tests {
         let never = load_text("a.yaml", &doc("      mirrorSourcePolicy: NeverContactSource\n")).unwrap();
         assert!(never.allowlist.mirror_rules()[0].never_contact_source);
         // convert keeps it, and what it writes loads the same.
-        let converted = super::super::emit::to_native_yaml(&never.allowlist, "x", &[]);
+        let converted = crate::inventory::to_native_yaml(&never.allowlist, "x", &[]);
         assert!(
             converted.contains("      mirrorSourcePolicy: NeverContactSource\n"),
             "{converted}"
@@ -606,7 +606,7 @@ mod tests {
         assert!(text.contains("replaces: rhods-stable"), "the fixture changed");
         let list = load_text("csvs.yaml", &text).unwrap().allowlist;
         let c = list.candidates("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8");
-        let (p, by) = c.newest_release().expect("replaces links the two releases");
+        let (p, by) = crate::policy::newest_release(&c).expect("replaces links the two releases");
         assert!(p.digest().starts_with("sha256:8af20e48bb48"), "{}", p.digest());
         assert_eq!(by.release().as_deref(), Some("rhods-fast 1.21.0"));
         assert_eq!(by.origin, "ClusterServiceVersion rhods-fast");
@@ -614,9 +614,10 @@ mod tests {
         let unlinked = text.replace("replaces: rhods-stable", "replaces: rhods-operator.1.19.0");
         let list = load_text("csvs.yaml", &unlinked).unwrap().allowlist;
         assert!(
-            list.candidates("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8")
-                .newest_release()
-                .is_none()
+            crate::policy::newest_release(
+                &list.candidates("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8")
+            )
+            .is_none()
         );
     }
 
@@ -792,7 +793,7 @@ mod tests {
             assert_eq!(loaded.sources[0].format, Format::Native, "{name}");
             let c = loaded.allowlist.candidates("quay.io/a/b");
             assert!(c.is_promoted(A) && c.is_promoted(B), "{name}");
-            assert_eq!(c.default_target().unwrap().digest(), A, "{name}");
+            assert_eq!(crate::policy::default_target(&c).unwrap().digest(), A, "{name}");
         }
     }
 
@@ -888,7 +889,7 @@ mod tests {
             match load_text("fuzz.yaml", &text) {
                 Ok(loaded) => {
                     // Whatever loads converts and loads again the same.
-                    let yaml = crate::allowlist::to_native_yaml(&loaded.allowlist, "fuzz", &[]);
+                    let yaml = crate::inventory::to_native_yaml(&loaded.allowlist, "fuzz", &[]);
                     let again = load_text("again.yaml", &yaml).unwrap();
                     prop_assert_eq!(again.allowlist.digest_count(), loaded.allowlist.digest_count());
                 }

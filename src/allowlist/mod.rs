@@ -10,14 +10,12 @@
 
 mod catalog;
 mod csv;
-mod emit;
 mod entries;
 mod error;
 mod exempt;
 mod fbc;
 mod imageset;
 mod input;
-mod lint;
 mod load;
 mod native;
 mod plain;
@@ -35,7 +33,6 @@ pub use provenance::{Origin, Promotion, Provenance};
 use rows::*;
 pub use rows::{Promoted, Repository};
 
-pub use emit::{Found, to_native_yaml, to_native_yaml_with};
 pub use entries::{Format, SourceSummary};
 pub use error::{LoadError, LoadErrors};
 pub use exempt::{Exemption, Pattern, PatternError};
@@ -44,9 +41,9 @@ pub use input::{
     INSTALLED_PREFIX, Input, OpenFile, Source, SourceKind, configmap_sources, inputs, open_files,
     source_files,
 };
-pub use lint::{Lint, lint};
 pub use load::{
-    Loaded, load_paths, load_paths_with, load_sources, load_sources_with, load_text, load_with_installed,
+    API_VERSION, Loaded, load_paths, load_paths_with, load_sources, load_sources_with, load_text,
+    load_with_installed,
 };
 
 #[cfg(test)]
@@ -66,7 +63,7 @@ mod tests {
     }
 
     #[test]
-    fn tags_and_rewrite_targets_resolve() {
+    fn tags_resolve() {
         let mut b = Builder::default();
         b.promote("quay.io/x/y", &d('a'), &["v1"], &origin(1)).unwrap();
         b.promote("quay.io/x/y", &d('b'), &["v2"], &origin(2)).unwrap();
@@ -74,18 +71,6 @@ mod tests {
         let c = list.candidates("quay.io/x/y");
         assert!(c.is_promoted(&d('a')));
         assert_eq!(c.digest_for_tag("v2").unwrap().digest(), d('b'));
-        // Two digests and no rewriteTo: nothing decides.
-        assert!(c.default_target().is_none());
-
-        let mut b = Builder::default();
-        b.promote("quay.io/x/y", &d('a'), &[], &origin(1)).unwrap();
-        b.promote("quay.io/x/y", &d('b'), &[], &origin(2)).unwrap();
-        b.rewrite_to("quay.io/x/y", &d('b'), &origin(3)).unwrap();
-        let list = b.build();
-        assert_eq!(
-            list.candidates("quay.io/x/y").default_target().unwrap().digest(),
-            d('b')
-        );
     }
 
     #[test]
@@ -163,42 +148,6 @@ mod tests {
         assert!(list.similar("ovms").is_empty());
     }
 
-    fn release(b: &mut Builder, package: &str, version: &str) -> Origin {
-        let provenance = b.provenance(Provenance {
-            package: Some(package.into()),
-            version: Some(semver::Version::parse(version).unwrap()),
-            ..Provenance::of(
-                "csv.yaml".into(),
-                format!("ClusterServiceVersion {package}.{version}"),
-            )
-        });
-        Origin {
-            provenance,
-            ..origin(1)
-        }
-    }
-
-    #[test]
-    fn the_newest_release_of_one_operator_is_the_target() {
-        let mut b = Builder::default();
-        let old = release(&mut b, "op", "1.9.0");
-        let new = release(&mut b, "op", "1.10.0");
-        b.promote("quay.io/x/y", &d('a'), &[], &old).unwrap();
-        b.promote("quay.io/x/y", &d('b'), &[], &new).unwrap();
-        let list = b.build();
-        let c = list.candidates("quay.io/x/y");
-        // Versions compare as semver: 1.10.0 is newer than 1.9.0.
-        let (p, by) = c.newest_release().unwrap();
-        assert_eq!(
-            (p.digest(), by.release().as_deref()),
-            (d('b').as_str(), Some("op 1.10.0"))
-        );
-        assert_eq!(
-            c.promotions(&d('b'))[0].0.origin,
-            "ClusterServiceVersion op.1.10.0"
-        );
-    }
-
     #[test]
     fn a_repository_costs_its_rows_and_its_strings() {
         // The memory of a reload under load (the old and the new list held
@@ -240,68 +189,5 @@ mod tests {
             .map(|p| p.line)
             .collect();
         assert_eq!(lines, [1, 2]);
-    }
-
-    #[test]
-    fn releases_linked_by_replaces_are_one_operator() {
-        // Names that do not end in their version: only `replaces` links them.
-        let mut b = Builder::default();
-        let csv = |b: &mut Builder, name: &str, version: &str, replaces: Option<&str>| {
-            let provenance = b.provenance(Provenance {
-                version: Some(semver::Version::parse(version).unwrap()),
-                name: Some(name.into()),
-                replaces: replaces.map(Into::into),
-                rank: None,
-                ..Provenance::of("csv.yaml".into(), format!("ClusterServiceVersion {name}"))
-            });
-            Origin {
-                provenance,
-                ..origin(1)
-            }
-        };
-        let old = csv(&mut b, "serving-stable", "1.20.1", None);
-        let new = csv(&mut b, "serving-fast", "1.21.0", Some("serving-stable"));
-        let other = csv(&mut b, "unrelated", "9.0.0", None);
-        b.promote("quay.io/x/y", &d('a'), &[], &old).unwrap();
-        b.promote("quay.io/x/y", &d('b'), &[], &new).unwrap();
-        b.promote("quay.io/x/z", &d('c'), &[], &other).unwrap();
-        let list = b.build();
-        let (p, by) = list.candidates("quay.io/x/y").newest_release().unwrap();
-        assert_eq!(
-            (p.digest(), by.release().as_deref()),
-            (d('b').as_str(), Some("serving-fast 1.21.0"))
-        );
-        // An unlinked CSV whose name has no version keeps no package.
-        assert_eq!(list.provenances()[other.provenance as usize].package, None);
-
-        // Without the link there is no order.
-        let mut b = Builder::default();
-        let old = csv(&mut b, "serving-stable", "1.20.1", None);
-        let new = csv(&mut b, "serving-fast", "1.21.0", Some("something-else"));
-        b.promote("quay.io/x/y", &d('a'), &[], &old).unwrap();
-        b.promote("quay.io/x/y", &d('b'), &[], &new).unwrap();
-        assert!(b.build().candidates("quay.io/x/y").newest_release().is_none());
-    }
-
-    #[rstest::rstest]
-    #[case::another_operator(("op", "1.0.0"), Some(("other", "2.0.0")))]
-    #[case::one_release_promotes_both(("op", "1.0.0"), Some(("op", "1.0.0")))]
-    #[case::a_source_without_releases(("op", "1.0.0"), None)]
-    fn without_an_order_there_is_no_newest(
-        #[case] first: (&str, &str),
-        #[case] second: Option<(&str, &str)>,
-    ) {
-        let mut b = Builder::default();
-        let one = release(&mut b, first.0, first.1);
-        b.promote("quay.io/x/y", &d('a'), &[], &one).unwrap();
-        let two = match second {
-            Some((p, v)) => release(&mut b, p, v),
-            None => Origin {
-                provenance: b.provenance(Provenance::of("list.txt".into(), "plain list".into())),
-                ..origin(2)
-            },
-        };
-        b.promote("quay.io/x/y", &d('b'), &[], &two).unwrap();
-        assert!(b.build().candidates("quay.io/x/y").newest_release().is_none());
     }
 }

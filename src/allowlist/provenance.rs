@@ -64,7 +64,7 @@ impl Provenance {
 
     /// Whether it orders among releases: a package, and a version or a
     /// place in a catalog's graph.
-    pub(super) fn is_release(&self) -> bool {
+    pub fn is_release(&self) -> bool {
         self.package.is_some() && (self.version.is_some() || self.rank.is_some())
     }
 

@@ -6,7 +6,8 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::args::AllowlistArgs;
 use super::{load, missing_allowlist, print_out};
-use crate::allowlist::{self, Loaded};
+use crate::allowlist::Loaded;
+use crate::inventory;
 use crate::published::Platform;
 use crate::registry::{self, RegistryArgs, verify};
 
@@ -154,7 +155,7 @@ fn run_convert(args: &FilesArgs, name: &str) -> u8 {
         return code;
     }
     let sources: Vec<String> = loaded.sources.iter().map(|s| s.file.clone()).collect();
-    print_out(&allowlist::to_native_yaml(&loaded.allowlist, name, &sources));
+    print_out(&inventory::to_native_yaml(&loaded.allowlist, name, &sources));
     0
 }
 
@@ -163,7 +164,7 @@ fn run_lint(args: &FilesArgs, strict: bool) -> u8 {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let lint = allowlist::lint(&loaded);
+    let lint = inventory::lint(&loaded);
     print_out(&lint.report);
     if let Err(code) = promotes_something(&loaded, "lint") {
         return code;

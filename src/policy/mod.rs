@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::allowlist::{Allowlist, Candidates, CatalogOptions, Exemption, Promoted, Provenance};
 use crate::published::{Published, State};
 use crate::reference::{self, Placeholder, ReferenceError};
+pub use target::{default_target, newest_release};
 use target::{listed, unpullable};
 use wording::{placeholder_suggestions, suggestions};
 

@@ -277,7 +277,7 @@ pub(super) fn suggestions(
         let pick = r
             .tag()
             .and_then(|t| c.digest_for_tag(t))
-            .or_else(|| c.default_target());
+            .or_else(|| super::default_target(&c));
         match pick {
             Some(p) => out.push(describe(repo, p)),
             None => out.extend(c.promoted().into_iter().map(|p| describe(repo, p))),

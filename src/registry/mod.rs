@@ -155,7 +155,7 @@ pub fn with_platforms(
     sources: &[String],
     report: &render::VerifyReport,
 ) -> String {
-    let mut found = crate::allowlist::Found {
+    let mut found = crate::inventory::Found {
         by: Some("allowlist verify --write-platforms"),
         ..Default::default()
     };
@@ -164,7 +164,7 @@ pub fn with_platforms(
             .platforms
             .insert((v.repository.clone(), v.digest.clone()), v.images.clone());
     }
-    crate::allowlist::to_native_yaml_with(list, "promoted", sources, &found)
+    crate::inventory::to_native_yaml_with(list, "promoted", sources, &found)
 }
 
 /// Verifies the references workloads will run (`check --registry`, `audit

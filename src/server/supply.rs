@@ -519,7 +519,7 @@ mod tests {
         // Subscribers get what requests get.
         assert!(published.has_changed().unwrap());
         assert!(Arc::ptr_eq(&published.borrow_and_update(), &allowlist));
-        let (newest, by) = allowlist.candidates(REPOSITORY).newest_release().unwrap();
+        let (newest, by) = crate::policy::newest_release(&allowlist.candidates(REPOSITORY)).unwrap();
         assert_eq!(newest.digest(), DIGEST_1_21_0);
         assert_eq!(
             by.origin,

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::Allowlist;
-use super::load::API_VERSION;
+use crate::allowlist::{API_VERSION, Allowlist, Promoted, Repository};
+use crate::policy::newest_release;
 use crate::yaml;
 
 /// Renders `list` as a native Allowlist YAML document named `name`. The
@@ -59,7 +59,7 @@ pub fn to_native_yaml_with(list: &Allowlist, name: &str, sources: &[String], fou
         }
         // The release order of the sources is not kept: the newest
         // release's digest becomes explicit, so decisions stay the same.
-        let newest = list.candidates(repo.name()).newest_release();
+        let newest = newest_release(&list.candidates(repo.name()));
         match (repo.rewrite_to(), newest) {
             (Some(target), _) => {
                 let _ = write!(out, "\n      rewriteTo: {}", scalar(target.digest()));
@@ -103,7 +103,7 @@ pub fn to_native_yaml_with(list: &Allowlist, name: &str, sources: &[String], fou
 
 /// One `digests[]` entry: the digest, its tags, and an index's images by
 /// platform (those listed and those `found` adds).
-fn digest(out: &mut String, repository: &str, p: &super::Promoted<'_>, found: &Found) {
+fn digest(out: &mut String, repository: &str, p: &Promoted<'_>, found: &Found) {
     let _ = write!(out, "\n        - digest: {}", scalar(p.digest()));
     let tags: Vec<String> = p.tags().map(yaml::double_quoted).collect();
     if !tags.is_empty() {
@@ -131,7 +131,7 @@ fn digest(out: &mut String, repository: &str, p: &super::Promoted<'_>, found: &F
 
 /// `ClusterServiceVersion x.1.0 (csv.yaml:16, 38), plain list (l.txt:2)`:
 /// the sources of a repository's digests, each once with its lines.
-fn origins(list: &Allowlist, repo: &super::Repository<'_>) -> String {
+fn origins(list: &Allowlist, repo: &Repository<'_>) -> String {
     let mut seen: Vec<(u32, Vec<u32>)> = Vec::new();
     for promotion in repo.digests().flat_map(|p| p.promotions()) {
         match seen.iter_mut().find(|(id, _)| *id == promotion.provenance) {
@@ -162,8 +162,8 @@ fn scalar(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::load_text;
     use super::*;
+    use crate::allowlist::load_text;
 
     #[test]
     fn conversion_round_trips() {

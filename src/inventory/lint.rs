@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use super::load::Loaded;
-use super::{Allowlist, Repository};
+use crate::allowlist::{Allowlist, Loaded, Repository};
+use crate::policy::newest_release;
 use crate::reference::short_digest;
 
 /// What `allowlist lint` says of loaded sources.
@@ -190,7 +190,7 @@ fn several_digests(list: &Allowlist, repo: &Repository<'_>) -> Option<Said> {
         by.join("; ")
     );
     Some(
-        match (repo.rewrite_to(), list.candidates(repo.name()).newest_release()) {
+        match (repo.rewrite_to(), newest_release(&list.candidates(repo.name()))) {
             (Some(t), _) => Said::Note(format!(
                 "note: {line}: rewriteTo {} decides",
                 short_digest(t.digest())
