@@ -465,6 +465,39 @@ def test_a_rerun_by_this_build_updates_the_previous_builds_reports_cleanly(repor
     assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
 
 
+# Main before issue 46 moved what an audit writes onto kube's typed API (the
+# end of issue 45): the rearrangement promised the same objects, byte for byte.
+BEFORE_TYPED_WRITES = "cb93881"
+
+
+def test_a_rerun_over_what_main_wrote_before_the_typed_writes_changes_nothing(report_crds, release):
+    cluster = report_crds
+    release.pod.binary = previous_build(BEFORE_TYPED_WRITES)
+    # The background audit logs what it wrote at debug.
+    release.install({"logLevel": "info,digest_gate=debug",
+                     "audit": {"enabled": True, "interval": "1h", "events": True,
+                               "policyReports": {"enabled": True, "installCRDs": True},
+                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}}})
+    pod = release.pod
+    wait_until("main's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+    before = written_by_audit(cluster)
+    assert sum(1 for k in before if k[0] == POLICY_REPORT) == 2 and sum(1 for k in before if k[0] == "events") == 5
+
+    pod.binary = None
+    pod.restart_container()
+    wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+    # The same resourceVersions: nothing was written, not even the same again.
+    assert written_by_audit(cluster) == before
+    log = pod.log_path.read_text()
+    assert "policy reports: 0 created, 0 updated, 2 unchanged" in log, log
+    assert "events: 0 created, 0 updated, 5 unchanged" in log, log
+    # This build's cleanup (the chart's pre-delete hook) finds what main wrote.
+    release.uninstall()
+    assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
+
+
 # --- what --policy-reports and --events write --------------------------------
 # Last in the file: these add and change objects the tests above count.
 
