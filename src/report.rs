@@ -47,6 +47,24 @@ pub struct ImageReport {
     /// (`--registry`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registry: Option<RegistryReport>,
+    /// `preflight`: what an operator upgrade does to the image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<UpgradeChange>,
+}
+
+vocabulary! {
+    "snake_case";
+    /// What an operator upgrade does to an image (`preflight`), beside its
+    /// reason `code`: the SARIF rule and the category the report counts.
+    #[derive(PartialOrd, Ord)]
+    pub enum UpgradeChange {
+        /// Complies now and will not once the upgrade is approved.
+        StaleAfterUpgrade,
+        /// Does not comply now, and will not after either.
+        AlreadyStale,
+        /// Does not comply now, and will once the upgrade is approved.
+        FixedByUpgrade,
+    }
 }
 
 /// What a registry said of the reference an image will run.
@@ -233,7 +251,8 @@ impl ObjectReport {
     /// How text output names the object at an image's line: `file:line:
     /// Kind ns/name` for a file, `ns/Kind/name` (as kubectl names it) for a
     /// cluster object.
-    fn label(&self, image_line: Option<usize>) -> String {
+    /// How text reports name the object (and the image's line, if any).
+    pub fn label(&self, image_line: Option<usize>) -> String {
         let kind = self.kind.as_deref().unwrap_or("object");
         let name = self.name.as_deref().unwrap_or("(unnamed)");
         match (image_line.or(self.line), &self.namespace) {
@@ -281,6 +300,7 @@ fn image_report(
         line: position.map(|p| p.line),
         column: position.and_then(|p| p.column),
         registry: None,
+        change: None,
     }
 }
 
@@ -306,6 +326,13 @@ pub fn controller_reference(object: &Value) -> Option<&Value> {
 impl Report {
     /// Adds an object's report and counts its verdict.
     pub fn push(&mut self, report: ObjectReport) {
+        self.tally(&report);
+        self.results.push(report);
+    }
+
+    /// Counts an object's verdict in the summary, without keeping its
+    /// report.
+    pub fn tally(&mut self, report: &ObjectReport) {
         *self.count(report.verdict) += 1;
         self.summary.objects += 1;
         if let Some(counts) = &mut self.summary.registry {
@@ -313,7 +340,6 @@ impl Report {
                 counts.add(r.state);
             }
         }
-        self.results.push(report);
     }
 
     /// Where the report stands, to [`Report::rewind`] to.
@@ -452,7 +478,7 @@ fn registry_lines(r: &ObjectReport, owners: &str, out: &mut String) {
 }
 
 /// ` (ReplicaSet x ← Deployment y)`, or nothing without owners.
-fn owner_chain(owners: &[Owner]) -> String {
+pub fn owner_chain(owners: &[Owner]) -> String {
     if owners.is_empty() {
         return String::new();
     }

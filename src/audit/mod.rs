@@ -13,6 +13,7 @@
 
 mod cluster;
 pub mod installed;
+mod judging;
 pub mod nodes;
 mod owners;
 pub mod write;
@@ -26,13 +27,15 @@ use kube::discovery::{ApiCapabilities, Discovery, verbs};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::judge::{self, ObjectVerdict};
+use crate::judge;
 use crate::objects::{self, KINDS, Kind, Layout};
 use crate::output::Writer;
 use crate::policy::Verdict;
 use crate::report::{ObjectReport, Report};
 
 pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, RequestFailure};
+use judging::Judging;
+pub use judging::{Compared, finding};
 pub use write::Written;
 
 /// Which namespaces are read.
@@ -89,6 +92,9 @@ pub struct Audit {
     /// Why the run stopped before reading everything (the cluster became
     /// unreachable): what was judged before stands, nothing is written.
     pub stopped: Option<String>,
+    /// With [`compare`]: the objects some judgement has a finding for, by
+    /// every rule set (the summary counts them all).
+    pub compared: Vec<Compared>,
 }
 
 impl Audit {
@@ -154,6 +160,30 @@ pub async fn run(
     writes: &Writes,
     out: Option<&mut Writer<'_>>,
 ) -> Result<Audit, AuditError> {
+    read(connection, target, rules, &[], (learn, writes, out)).await
+}
+
+/// Reads `target` once and judges every object by `rules` and by each of
+/// `also` (an upgrade's before and after): [`Audit::compared`] holds the
+/// objects some judgement has a finding for; nothing is written.
+pub async fn compare(
+    connection: &Connection,
+    target: &Target,
+    rules: judge::Rules<'_>,
+    also: &[judge::Rules<'_>],
+) -> Result<Audit, AuditError> {
+    read(connection, target, rules, also, (false, &Writes::default(), None)).await
+}
+
+/// [`run`] and [`compare`]: what is read and judged, and (learn, writes,
+/// out) what becomes of it.
+async fn read<'r>(
+    connection: &Connection,
+    target: &Target,
+    rules: judge::Rules<'r>,
+    also: &'r [judge::Rules<'r>],
+    (learn, writes, out): (bool, &Writes, Option<&mut Writer<'_>>),
+) -> Result<Audit, AuditError> {
     let mut audit = Audit {
         gathered: writes.policy_reports.then(|| write::Gathered::new(writes.passes)),
         ..Audit::default()
@@ -177,6 +207,7 @@ pub async fn run(
     }
     let mut judging = Judging {
         rules,
+        also,
         learn,
         events: writes.events,
         source: format!("cluster:{}", connection.context),
@@ -259,96 +290,6 @@ impl Listing<'_> {
             }
         }
         read
-    }
-}
-
-/// The judging of one run's objects, each reported once its owner chain
-/// is known.
-struct Judging<'a, 'w> {
-    rules: judge::Rules<'a>,
-    learn: bool,
-    events: bool,
-    source: String,
-    owners: owners::Index,
-    /// Reports waiting for an owner of a kind still to be read, with the
-    /// uid of their controller.
-    pending: Vec<(ObjectReport, String)>,
-    out: Option<&'a mut Writer<'w>>,
-}
-
-impl Judging<'_, '_> {
-    fn object(
-        &mut self,
-        audit: &mut Audit,
-        kind: &Kind,
-        group: &str,
-        object: &Value,
-        to_come: &dyn Fn(&str) -> bool,
-    ) {
-        self.owners.add(kind.name, object);
-        let subject = judge::Subject {
-            group,
-            kind: kind.name,
-            object,
-            old: None,
-        };
-        let j = judge::judge_as(subject, self.rules);
-        let allowlist = self.rules.allowlist;
-        if self.learn {
-            audit
-                .will_run
-                .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
-        }
-        let mut report = ObjectReport::new(self.source.clone(), object, &j, allowlist, |_| None);
-        if let Some(published) = self.rules.published {
-            report = report.with_registry(&j, allowlist, published);
-        }
-        let Some(uid) = owners::controller_uid(object) else {
-            return self.take(audit, report);
-        };
-        match self.owners.resolve(&report.owners, &uid, to_come) {
-            Some(chain) => {
-                report.owners = chain;
-                self.take(audit, report);
-            }
-            None => self.pending.push((report, uid)),
-        }
-    }
-
-    /// Counts, gathers and writes out one object's report.
-    fn take(&mut self, audit: &mut Audit, report: ObjectReport) {
-        if let Some(gathered) = &mut audit.gathered {
-            gathered.add(&report);
-        }
-        if self.events && write::needs_action(&report) {
-            audit.flagged.push(report.clone());
-        }
-        audit.found(&report);
-        audit.report.push(report);
-        if let Some(out) = self.out.as_deref_mut() {
-            out.flush(&mut audit.report);
-        }
-    }
-
-    /// Reports what waited, with the chains known now that everything was
-    /// read.
-    fn finish(&mut self, audit: &mut Audit) {
-        for (mut report, uid) in std::mem::take(&mut self.pending) {
-            report.owners = self.owners.chain(&report.owners, &uid);
-            self.take(audit, report);
-        }
-    }
-}
-
-/// What an object's report counts as in the findings: its verdict, or in
-/// audit mode what rewrite mode would reach.
-fn finding(r: &ObjectReport) -> Option<Verdict> {
-    match r.verdict {
-        ObjectVerdict::Deny => Some(Verdict::Deny),
-        ObjectVerdict::Rewrite => Some(Verdict::Rewrite),
-        _ if r.images.iter().any(|i| i.would_be == Some(Verdict::Deny)) => Some(Verdict::Deny),
-        _ if r.images.iter().any(|i| i.would_be.is_some()) => Some(Verdict::Rewrite),
-        _ => None,
     }
 }
 
