@@ -56,6 +56,7 @@ pub mod metrics;
 pub mod objects;
 pub mod output;
 pub mod policy;
+pub mod preflight;
 pub mod published;
 pub mod reference;
 pub mod registry;

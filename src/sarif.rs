@@ -13,7 +13,7 @@ use strum::VariantArray;
 use crate::judge::ImageVerdict;
 use crate::policy::Reason;
 use crate::published::State;
-use crate::report::{ImageReport, ObjectReport, Report};
+use crate::report::{ImageReport, ObjectReport, Report, UpgradeChange};
 
 /// The schema the document names, as code scanning expects it.
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
@@ -76,6 +76,71 @@ pub fn document(report: &Report, results: Value) -> Value {
         )
         .chain(report.notes.iter().map(|n| notification("note", n)))
         .collect();
+    run(rule_objects, notifications, report.errors.is_empty(), results)
+}
+
+/// The `preflight` document: one rule per [`UpgradeChange`], one result
+/// per image an upgrade concerns (`target` names the plan and CSV, and its
+/// reason `code` stays in the properties).
+pub fn upgrade_document<'a>(
+    errors: &[String],
+    notes: &[String],
+    concerned: impl Iterator<Item = (&'a str, &'a ObjectReport)>,
+) -> Value {
+    let rules: Vec<Value> = UpgradeChange::VARIANTS
+        .iter()
+        .map(|change| {
+            let (level, text) = upgrade_rule(*change);
+            json!({
+                "id": change,
+                "shortDescription": {"text": text},
+                "defaultConfiguration": {"level": level},
+                "helpUri": format!("{INFORMATION_URI}/blob/main/docs/preflight.md#each-finding"),
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for (target, object) in concerned {
+        for image in &object.images {
+            let Some(change) = image.change else { continue };
+            let index = UpgradeChange::VARIANTS
+                .iter()
+                .position(|c| *c == change)
+                .unwrap_or(0);
+            results.push(json!({
+                "ruleId": change,
+                "ruleIndex": index,
+                "level": upgrade_rule(change).0,
+                "message": {"text": format!("{target}: {}", image.reason)},
+                "locations": [location(object, image)],
+                "properties": {"image": image.image, "code": image.code, "rewrite": image.rewrite, "target": target},
+            }));
+        }
+    }
+    let notifications = errors
+        .iter()
+        .map(|e| notification("error", e))
+        .chain(notes.iter().map(|n| notification("note", n)))
+        .collect();
+    run(rules, notifications, errors.is_empty(), Value::Array(results))
+}
+
+fn upgrade_rule(change: UpgradeChange) -> (&'static str, &'static str) {
+    match change {
+        UpgradeChange::StaleAfterUpgrade => (
+            "error",
+            "Complies now, and runs an image the new release does not promote once the upgrade is approved.",
+        ),
+        UpgradeChange::AlreadyStale => (
+            "warning",
+            "Runs an image nothing promotes, before the upgrade and after.",
+        ),
+        UpgradeChange::FixedByUpgrade => ("note", "Runs an image only the new release promotes."),
+    }
+}
+
+/// A SARIF document of one run of digest-gate.
+fn run(rules: Vec<Value>, notifications: Vec<Value>, successful: bool, results: Value) -> Value {
     json!({
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -84,12 +149,12 @@ pub fn document(report: &Report, results: Value) -> Value {
                 "name": "digest-gate",
                 "version": env!("CARGO_PKG_VERSION"),
                 "informationUri": INFORMATION_URI,
-                "rules": rule_objects,
+                "rules": rules,
             }},
             // Columns count characters, as the YAML reader does.
             "columnKind": "unicodeCodePoints",
             "invocations": [{
-                "executionSuccessful": report.errors.is_empty(),
+                "executionSuccessful": successful,
                 "toolExecutionNotifications": notifications,
             }],
             "results": results,

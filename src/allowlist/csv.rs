@@ -19,10 +19,10 @@ pub(super) fn read(out: &mut Entries<'_>, ctx: &Ctx<'_>, csv: &Value, ptr: &str)
         origin: format!(
             "ClusterServiceVersion {}{}",
             name.unwrap_or("(unnamed)"),
-            if matches!(out.kind, SourceKind::InstalledCsv { .. }) {
-                " (installed)"
-            } else {
-                ""
+            match out.kind {
+                SourceKind::InstalledCsv { .. } => " (installed)".to_owned(),
+                SourceKind::PlannedCsv { plan, .. } => format!(" (pending in InstallPlan {plan})"),
+                _ => String::new(),
             }
         ),
         package: name.and_then(|n| package_of(n, version.as_ref())),
@@ -68,7 +68,7 @@ pub(super) fn read(out: &mut Entries<'_>, ctx: &Ctx<'_>, csv: &Value, ptr: &str)
 
 /// The operator a CSV named `name` is a release of: the name without its
 /// version suffix (`rhods-operator.1.21.0`, `opendatahub-operator.v2.8.0`).
-fn package_of(name: &str, version: Option<&semver::Version>) -> Option<String> {
+pub fn package_of(name: &str, version: Option<&semver::Version>) -> Option<String> {
     let version = version?.to_string();
     let package = name
         .strip_suffix(&version)?

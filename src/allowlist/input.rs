@@ -37,6 +37,9 @@ pub enum SourceKind {
     /// An installed operator's ClusterServiceVersion, read from the cluster:
     /// which one, so nothing reads it back out of the source's name.
     InstalledCsv { namespace: String, name: String },
+    /// The CSV a pending InstallPlan would install (`preflight`): which
+    /// plan (`namespace/name`) and which CSV.
+    PlannedCsv { plan: String, name: String },
 }
 
 /// Each of `sources` as an [`Input`], for [`load_sources`](super::load_sources).
@@ -187,15 +190,25 @@ impl Source {
     /// An installed operator's ClusterServiceVersion in `namespace`, as
     /// read from the cluster (pruned to what the loader reads).
     pub fn installed_csv(namespace: &str, csv: &Value) -> Self {
-        let name = csv
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let name = csv_name(csv);
         Self {
             name: Self::installed_csv_name(namespace, name),
             text: csv.to_string(),
             kind: SourceKind::InstalledCsv {
                 namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            },
+        }
+    }
+
+    /// CSV `csv` as InstallPlan `plan` (`namespace/name`) would install it.
+    pub fn planned_csv(plan: &str, csv: &Value) -> Self {
+        let name = csv_name(csv);
+        Self {
+            name: format!("installplan:{plan}/{name}"),
+            text: csv.to_string(),
+            kind: SourceKind::PlannedCsv {
+                plan: plan.to_owned(),
                 name: name.to_owned(),
             },
         }
@@ -213,6 +226,12 @@ impl Source {
             _ => self.name.as_str().into(),
         }
     }
+}
+
+fn csv_name(csv: &Value) -> &str {
+    csv.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 /// A ConfigMap's keys as the files the kubelet mounts: `data` as text,

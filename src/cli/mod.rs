@@ -8,6 +8,7 @@ mod allowlist;
 mod args;
 mod audit;
 mod check;
+mod preflight;
 mod serve;
 
 use std::io::Write;
@@ -20,6 +21,7 @@ pub use allowlist::{AllowlistCommand, BlobsArg, FilesArgs, VerifyArgs, VerifyOut
 pub use args::{AllowlistArgs, CatalogArgs, ConnectionArgs, KindMode, Output, PolicyArgs};
 pub use audit::{AuditArgs, CleanupArgs};
 pub use check::CheckArgs;
+pub use preflight::PreflightArgs;
 pub use serve::{LogFormat, ServeArgs};
 
 use crate::allowlist::{Loaded, load_paths_with};
@@ -70,6 +72,20 @@ pub enum Command {
     /// was found); 2 the cluster unreachable, or something could not be
     /// listed or deleted.
     Cleanup(CleanupArgs),
+    /// Judge an operator upgrade before it is approved: what a pending
+    /// InstallPlan would leave on images the new release does not promote.
+    /// Reads with your credentials, writes nothing, never approves.
+    ///
+    /// Each CSV the plan would install is judged on its own: every object
+    /// of the cluster (every namespace unless -n or --namespace-selector),
+    /// by the allowlist in force now (the files, the CSVs installed in the
+    /// plan's namespace and --allowlist-csv's) and by the one the upgrade
+    /// leaves (without the CSV it replaces, with the new one). Exit codes:
+    /// 0 safe to approve; 1 an object will be stale after the upgrade, or
+    /// is already; 2 something could not be read (the cluster, a plan, a
+    /// bundle), a plan not ready yet or not waiting for an approval, or
+    /// nothing judged.
+    Preflight(Box<PreflightArgs>),
     /// Work with allowlist files.
     #[command(subcommand)]
     Allowlist(AllowlistCommand),
@@ -95,6 +111,7 @@ pub fn main() -> ExitCode {
         }
         Command::Check(args) => check::run(&args),
         Command::Audit(args) => audit::run(&args),
+        Command::Preflight(args) => preflight::run(&args),
         Command::Cleanup(args) => audit::run_cleanup(&args),
         Command::Allowlist(command) => allowlist::run(command),
     };

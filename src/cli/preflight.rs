@@ -1,0 +1,135 @@
+//! `digest-gate preflight`: its flags, and the run against a cluster.
+
+use clap::Args;
+
+use super::args::{ConnectionArgs, Output, PolicyArgs};
+use super::{client_runtime, print_out};
+use crate::allowlist;
+use crate::audit;
+use crate::preflight::{self, Plans, render};
+
+/// `digest-gate preflight`.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// The InstallPlan to judge before it is approved.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_INSTALLPLAN",
+        value_name = "NAMESPACE/NAME",
+        value_parser = parse_plan,
+        required_unless_present = "all_pending",
+        conflicts_with = "all_pending"
+    )]
+    pub installplan: Option<(String, String)>,
+    /// Judge every InstallPlan that waits for an approval.
+    #[arg(long, env = "DIGEST_GATE_ALL_PENDING")]
+    pub all_pending: bool,
+    /// With --all-pending: only the plans of this namespace (repeatable;
+    /// default: every namespace).
+    #[arg(
+        long = "plan-namespace",
+        env = "DIGEST_GATE_PLAN_NAMESPACE",
+        value_delimiter = ',',
+        value_name = "NAMESPACE",
+        requires = "all_pending"
+    )]
+    pub plan_namespaces: Vec<String>,
+    /// Read the objects of this namespace only (repeatable; default: every
+    /// namespace, as the incident's ConfigMap is not in the operator's).
+    #[arg(
+        short = 'n',
+        long = "namespace",
+        env = "DIGEST_GATE_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// Read only the objects of namespaces matching this label selector.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_NAMESPACE_SELECTOR",
+        value_name = "SELECTOR",
+        conflicts_with = "namespaces"
+    )]
+    pub namespace_selector: Option<String>,
+    /// Report format: SARIF's rules are the categories
+    /// (stale_after_upgrade, already_stale, fixed_by_upgrade).
+    #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    #[command(flatten)]
+    pub csvs: audit::installed::CsvArgs,
+}
+
+fn parse_plan(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("'{s}' is not NAMESPACE/NAME")),
+    }
+}
+
+pub(super) fn run(args: &PreflightArgs) -> u8 {
+    let files = match allowlist::open_files(&args.policy.allowlist.allowlists) {
+        Ok(s) => s,
+        Err(errors) => {
+            eprintln!("error: the allowlist cannot be used:\n{errors}");
+            return 2;
+        }
+    };
+    let Some(runtime) = client_runtime() else {
+        return 2;
+    };
+    let policy = args.policy.policy();
+    let plans = match &args.installplan {
+        Some((namespace, name)) => Plans::Named {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+        None => Plans::AllPending {
+            namespaces: args.plan_namespaces.clone(),
+        },
+    };
+    let scope = if args.namespaces.is_empty() {
+        audit::Scope::All {
+            namespace_selector: args.namespace_selector.clone(),
+        }
+    } else {
+        audit::Scope::Namespaces(args.namespaces.clone())
+    };
+    let inputs = preflight::Inputs {
+        plans,
+        files: &files,
+        csvs: &args.csvs.allowlist_csv,
+        policy: &policy,
+        target: audit::Target {
+            scope,
+            label_selector: None,
+            kinds: None,
+            break_glass_label: None,
+        },
+    };
+    let found = runtime.block_on(async {
+        let connection = audit::Connection::open(&args.connection.settings())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(preflight::run(&connection, &inputs).await)
+    });
+    let found = match found {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let now = std::time::SystemTime::now();
+    print_out(&match args.output {
+        Output::Json => render::json(&found, now),
+        Output::Sarif => render::sarif(&found),
+        Output::Text => render::text(&found, now),
+    });
+    render::exit_code(&found)
+}

@@ -1,0 +1,222 @@
+//! What an upgrade does to the objects the cluster runs: each object judged
+//! by the allowlist in force now (before) and by the one the upgrade leaves
+//! (after), told apart by whether each judgement has a finding. Pure.
+
+use crate::audit::{Compared, finding};
+use crate::judge::ImageVerdict;
+use crate::report::{ObjectReport, UpgradeChange};
+
+/// One object an upgrade concerns: the report of what the webhook will do
+/// after it (each image's `change` set where the upgrade matters to it).
+#[derive(Debug, Clone)]
+pub struct Concerned {
+    pub change: UpgradeChange,
+    pub report: ObjectReport,
+}
+
+/// The objects `compared` holds that the upgrade concerns, judged before by
+/// rule set `before` and after by `after` (indexes into each object's
+/// judgements: the run's own first, then [`Compared::also`]).
+pub fn concerned(compared: &[Compared], before: usize, after: usize) -> Vec<Concerned> {
+    let judgement = |c: &'_ Compared, i: usize| -> ObjectReport {
+        if i == 0 {
+            c.report.clone()
+        } else {
+            c.also[i - 1].clone()
+        }
+    };
+    let mut out = Vec::new();
+    for c in compared {
+        let (was, mut will) = (judgement(c, before), judgement(c, after));
+        let change = match (finding(&was).is_some(), finding(&will).is_some()) {
+            (false, true) => UpgradeChange::StaleAfterUpgrade,
+            (true, true) => UpgradeChange::AlreadyStale,
+            (true, false) => UpgradeChange::FixedByUpgrade,
+            (false, false) => continue,
+        };
+        // The walk is the same, so the images are in the same order.
+        for (image, old) in will.images.iter_mut().zip(&was.images) {
+            image.change = match (needs_action(old), needs_action(image)) {
+                (false, true) => Some(UpgradeChange::StaleAfterUpgrade),
+                (true, true) => Some(UpgradeChange::AlreadyStale),
+                (true, false) => Some(UpgradeChange::FixedByUpgrade),
+                (false, false) => None,
+            };
+        }
+        out.push(Concerned { change, report: will });
+    }
+    out.sort_by_key(|c| c.change);
+    out
+}
+
+/// Whether the webhook would change or refuse the image (in audit mode:
+/// would in rewrite mode).
+fn needs_action(i: &crate::report::ImageReport) -> bool {
+    matches!(i.verdict, ImageVerdict::Rewrite | ImageVerdict::Deny) || i.would_be.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::allowlist::{Allowlist, load_text};
+    use crate::judge::{Rules, Subject};
+    use crate::policy::Policy;
+    use crate::preflight::render;
+
+    const RUNTIME: &str = include_str!("../../examples/manifests/incident-servingruntime.yaml");
+    const INCIDENT: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
+    const OLD: &str = "sha256:1201000000000000000000000000000000000000000000000000000000000000";
+    const NEW: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
+
+    fn list(file: &str) -> Allowlist {
+        let path = format!("{}/tests/data/allowlists/{file}", env!("CARGO_MANIFEST_DIR"));
+        load_text(file, &std::fs::read_to_string(path).unwrap())
+            .unwrap()
+            .allowlist
+    }
+
+    /// The incident's runtime on `digest`, judged by 1.20.1 (before) and by
+    /// 1.21.0 (after), as `audit::compare` judges it.
+    fn compared(digest: &str, policy: &Policy) -> Compared {
+        let mut object: Value = crate::yaml::parse_stream(RUNTIME).unwrap().remove(0).value;
+        let image = object["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .replace(INCIDENT, digest);
+        object["spec"]["containers"][0]["image"] = image.into();
+        let reports: Vec<ObjectReport> = [
+            list("rhods-operator.1.20.1.csv.yaml"),
+            list("rhods-operator.csv.yaml"),
+        ]
+        .iter()
+        .map(|allowlist| {
+            let subject = Subject {
+                group: "serving.kserve.io",
+                kind: "ServingRuntime",
+                object: &object,
+                old: None,
+            };
+            let j = crate::judge::judge_as(
+                subject,
+                Rules {
+                    policy,
+                    allowlist,
+                    published: None,
+                },
+            );
+            ObjectReport::new("cluster:test".into(), &object, &j, allowlist, |_| None)
+        })
+        .collect();
+        Compared {
+            report: reports[0].clone(),
+            also: vec![reports[1].clone()],
+        }
+    }
+
+    #[rstest::rstest]
+    #[case::on_the_old_release(OLD, Some(UpgradeChange::StaleAfterUpgrade))]
+    #[case::never_promoted(INCIDENT, Some(UpgradeChange::AlreadyStale))]
+    #[case::on_the_new_release(NEW, Some(UpgradeChange::FixedByUpgrade))]
+    fn each_object_is_told_by_its_two_judgements(
+        #[case] digest: &str,
+        #[case] change: Option<UpgradeChange>,
+    ) {
+        for policy in [
+            Policy::default(),
+            Policy {
+                mode: crate::policy::Mode::Audit,
+                ..Policy::default()
+            },
+        ] {
+            let found = concerned(&[compared(digest, &policy)], 0, 1);
+            assert_eq!(found.first().map(|c| c.change), change, "{:?}", policy.mode);
+            let image = &found[0].report.images[0];
+            assert_eq!(image.change, change);
+        }
+    }
+
+    #[test]
+    fn the_verdict_and_the_exit_code_follow_the_worst_category() {
+        let policy = Policy::default();
+        let target = |digests: &[&str]| crate::preflight::TargetOutcome {
+            csv: "rhods-operator.1.21.0".into(),
+            package: Some("rhods-operator".into()),
+            replaced: None,
+            changes: Vec::new(),
+            concerned: concerned(
+                &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
+                0,
+                1,
+            ),
+        };
+        let run = |digests: &[&str], errors: &[&str]| crate::preflight::Preflight {
+            plans: vec![crate::preflight::PlanOutcome {
+                namespace: "ops".into(),
+                name: "install-x".into(),
+                created: None,
+                passed_over: None,
+                targets: vec![target(digests)],
+            }],
+            objects: digests.len(),
+            errors: errors.iter().map(|e| (*e).to_owned()).collect(),
+            notes: Vec::new(),
+        };
+        let verdict = |digests: &[&str]| render::verdict(&target(digests));
+        assert_eq!(verdict(&[NEW]), "safe to approve");
+        assert_eq!(render::exit_code(&run(&[NEW], &[])), 0);
+        assert_eq!(
+            verdict(&[NEW, INCIDENT]),
+            "the upgrade breaks nothing; 1 object is already stale"
+        );
+        assert_eq!(render::exit_code(&run(&[INCIDENT], &[])), 1);
+        assert!(verdict(&[OLD, OLD, INCIDENT]).starts_with("do not approve yet: approving leaves 2 objects"));
+        assert_eq!(render::exit_code(&run(&[OLD], &[])), 1);
+        // What could not be read outranks any finding: never "safe".
+        assert_eq!(render::exit_code(&run(&[OLD], &["cannot read a bundle"])), 2);
+        assert_eq!(render::exit_code(&run(&[NEW], &["cannot read a bundle"])), 2);
+    }
+
+    #[test]
+    fn the_json_report_counts_by_category_and_names_each_target() {
+        let policy = Policy::default();
+        let found = crate::preflight::Preflight {
+            plans: vec![crate::preflight::PlanOutcome {
+                namespace: "ops".into(),
+                name: "install-x".into(),
+                created: Some("2026-12-07T10:00:00Z".into()),
+                passed_over: None,
+                targets: vec![crate::preflight::TargetOutcome {
+                    csv: "rhods-operator.1.21.0".into(),
+                    package: Some("rhods-operator".into()),
+                    replaced: Some((
+                        "rhods-operator.1.20.1".into(),
+                        crate::preflight::replaced::Why::Subscription,
+                    )),
+                    changes: Vec::new(),
+                    concerned: concerned(&[compared(OLD, &policy), compared(INCIDENT, &policy)], 0, 1),
+                }],
+            }],
+            objects: 2,
+            errors: Vec::new(),
+            notes: Vec::new(),
+        };
+        let now = humantime::parse_rfc3339("2026-12-07T12:05:30Z").unwrap();
+        let doc: Value = serde_json::from_str(&render::json(&found, now)).unwrap();
+        assert_eq!(doc["summary"]["stale_after_upgrade"], 1);
+        assert_eq!(doc["summary"]["already_stale"], 1);
+        assert_eq!(doc["upgrade"][0]["age"], "2h 5m");
+        assert_eq!(doc["upgrade"][0]["from"][0], "rhods-operator.1.20.1");
+        assert_eq!(
+            doc["upgrade"][0]["replacedBecause"],
+            "the Subscription's installed CSV"
+        );
+        let results = doc["results"].as_array().unwrap();
+        assert_eq!(results[0]["target"], "ops/install-x/rhods-operator.1.21.0");
+        assert_eq!(
+            (&results[0]["change"], &results[0]["images"][0]["code"]),
+            (&"stale_after_upgrade".into(), &"digest_not_promoted".into())
+        );
+    }
+}

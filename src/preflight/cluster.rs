@@ -1,0 +1,114 @@
+//! What `preflight` reads from the cluster besides the objects the audit
+//! reads: InstallPlans, the Subscriptions they belong to, and the bundle
+//! ConfigMaps their steps refer to. Each through kube's API with the
+//! group, version and kind OLM serves them under; nothing is written.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+use super::plan::{GROUP, VERSION};
+use crate::audit::{Connection, RequestFailure};
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
+}
+
+/// The InstallPlan `namespace/name`, as the API serves it.
+pub async fn plan(connection: &Connection, namespace: &str, name: &str) -> Result<Value, RequestFailure> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        connection.client.clone(),
+        namespace,
+        &resource("InstallPlan", "installplans"),
+    );
+    let doing = format!("get InstallPlan {namespace}/{name}");
+    let object = api
+        .get(name)
+        .await
+        .map_err(|e| describe(connection, &doing, &e))?;
+    Ok(serde_json::to_value(object).expect("objects serialise"))
+}
+
+/// Every InstallPlan in `namespace` (every namespace: `None`).
+pub async fn plans(connection: &Connection, namespace: Option<&str>) -> Result<Vec<Value>, RequestFailure> {
+    let resource = resource("InstallPlan", "installplans");
+    let (api, doing): (Api<DynamicObject>, String) = match namespace {
+        Some(ns) => (
+            Api::namespaced_with(connection.client.clone(), ns, &resource),
+            format!("list InstallPlans in namespace \"{ns}\""),
+        ),
+        None => (
+            Api::all_with(connection.client.clone(), &resource),
+            "list InstallPlans in every namespace".to_owned(),
+        ),
+    };
+    list(connection, &api, &doing).await
+}
+
+/// The Subscriptions of `namespace`.
+pub async fn subscriptions(connection: &Connection, namespace: &str) -> Result<Vec<Value>, RequestFailure> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        connection.client.clone(),
+        namespace,
+        &resource("Subscription", "subscriptions"),
+    );
+    list(
+        connection,
+        &api,
+        &format!("list Subscriptions in namespace \"{namespace}\""),
+    )
+    .await
+}
+
+/// The bundle ConfigMap `namespace/name` a step refers to.
+pub async fn bundle(
+    connection: &Connection,
+    namespace: &str,
+    name: &str,
+) -> Result<ConfigMap, RequestFailure> {
+    let api: Api<ConfigMap> = Api::namespaced(connection.client.clone(), namespace);
+    let doing = format!("get the bundle ConfigMap {namespace}/{name}");
+    api.get(name).await.map_err(|e| describe(connection, &doing, &e))
+}
+
+/// Every page of a list: plans and Subscriptions are few, a page of 500
+/// holds a namespace's.
+async fn list(
+    connection: &Connection,
+    api: &Api<DynamicObject>,
+    doing: &str,
+) -> Result<Vec<Value>, RequestFailure> {
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| describe(connection, doing, &e))?;
+        out.extend(
+            page.items
+                .into_iter()
+                .map(|o| serde_json::to_value(o).expect("objects serialise")),
+        );
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// A 404 for the resource type itself, not for one object of it.
+fn unserved(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404 && s.message.contains("could not find the requested resource"))
+}
+
+/// [`Connection::describe`], with the hint a cluster without OLM needs.
+fn describe(connection: &Connection, doing: &str, e: &kube::Error) -> RequestFailure {
+    match connection.describe(doing, e) {
+        RequestFailure::Request(m) if unserved(e) => RequestFailure::Request(format!(
+            "{m}; the cluster may not serve {GROUP}/{VERSION} (is OLM installed?)"
+        )),
+        other => other,
+    }
+}

@@ -1,0 +1,454 @@
+//! `digest-gate preflight`: an operator upgrade judged before it is
+//! approved. Read bottom-up: `plan` (an InstallPlan: whether it waits for an
+//! approval, and the CSVs approving it would install), `bundle` (the CSV in
+//! the ConfigMap OLM unpacked a bundle into), `replaced` (which installed
+//! release each target replaces), `changes` (what the upgrade changes, per
+//! repository), `cluster` (the reads besides the audit's), `assess` (each
+//! object before and after), `render` (the report, its exit code); `mod.rs`
+//! puts them together: the cluster is read once, every object judged by the
+//! allowlist in force and by the one each target would leave.
+
+pub mod assess;
+pub mod bundle;
+pub mod changes;
+pub mod cluster;
+pub mod plan;
+pub mod render;
+pub mod replaced;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::allowlist::{self, Allowlist, Loaded, OpenFile, Source};
+use crate::audit::{self, Connection, installed::Csvs};
+use crate::judge;
+use crate::policy::Policy;
+use assess::Concerned;
+use changes::Change;
+use plan::{Manifest, Plan, State};
+use replaced::{Installed, Why};
+
+/// Which plans to judge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plans {
+    /// `--installplan NAMESPACE/NAME`.
+    Named { namespace: String, name: String },
+    /// `--all-pending`, in these namespaces (none: every namespace).
+    AllPending { namespaces: Vec<String> },
+}
+
+/// What a run is given.
+pub struct Inputs<'a> {
+    pub plans: Plans,
+    /// The `--allowlist` files.
+    pub files: &'a [OpenFile],
+    /// `--allowlist-csv`: installed CSVs promoted beside the plan's
+    /// namespace's own.
+    pub csvs: &'a [Csvs],
+    pub policy: &'a Policy,
+    /// Where the objects are read.
+    pub target: audit::Target,
+}
+
+/// One plan, and what became of it.
+#[derive(Debug, Clone)]
+pub struct PlanOutcome {
+    pub namespace: String,
+    pub name: String,
+    pub created: Option<String>,
+    /// Why it was not judged; `None`: its targets were.
+    pub passed_over: Option<String>,
+    pub targets: Vec<TargetOutcome>,
+}
+
+/// One CSV a plan would install, judged.
+#[derive(Debug, Clone)]
+pub struct TargetOutcome {
+    pub csv: String,
+    pub package: Option<String>,
+    /// The installed release it replaces, and how that was learnt.
+    pub replaced: Option<(String, Why)>,
+    pub changes: Vec<Change>,
+    pub concerned: Vec<Concerned>,
+}
+
+/// What a run found.
+#[derive(Debug, Clone, Default)]
+pub struct Preflight {
+    pub plans: Vec<PlanOutcome>,
+    /// Objects judged (each by every allowlist).
+    pub objects: usize,
+    /// What could not be read or used: a run with errors is never "safe".
+    pub errors: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// A target ready to be judged: its plan, its CSV and the two allowlists.
+struct Judgeable {
+    plan: usize,
+    outcome: TargetOutcome,
+    before: Loaded,
+    after: Loaded,
+}
+
+/// Reads the plans `inputs` names, and judges every object of the cluster
+/// by the allowlist in force and by the one each pending target leaves.
+pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
+    let mut found = Preflight::default();
+    let plans = read_plans(connection, &inputs.plans, &mut found).await;
+    let mut extra = Vec::new();
+    for csvs in inputs.csvs {
+        match audit::installed::read(connection, csvs).await {
+            Ok(sources) => extra.extend(sources),
+            Err(e) => found.errors.push(e.message().to_owned()),
+        }
+    }
+    let mut judgeable = Vec::new();
+    let mut namespaces = Namespaces::default();
+    for plan in plans {
+        let at = found.plans.len();
+        found.plans.push(PlanOutcome {
+            namespace: plan.namespace.clone(),
+            name: plan.name.clone(),
+            created: plan.created.clone(),
+            passed_over: None,
+            targets: Vec::new(),
+        });
+        if let Some(why) = superseded(connection, &plan, &mut namespaces, &mut found).await {
+            found.plans[at].passed_over = Some(why);
+            continue;
+        }
+        let context = namespaces.get(connection, &plan.namespace, &mut found).await;
+        for target in &plan.targets {
+            let Some(csv) = target_csv(connection, &plan, target, &mut found).await else {
+                continue;
+            };
+            match prepare(inputs, &context, &extra, &plan, target, &csv) {
+                Ok((outcome, before, after)) => judgeable.push(Judgeable {
+                    plan: at,
+                    outcome,
+                    before,
+                    after,
+                }),
+                Err(e) => found.errors.push(e),
+            }
+        }
+    }
+    judge_all(connection, inputs, judgeable, &mut found).await;
+    ended(&inputs.plans, &mut found);
+    found
+}
+
+/// One target, ready to be judged: what it replaces and changes, and the
+/// allowlists before and after it.
+fn prepare(
+    inputs: &Inputs<'_>,
+    context: &Namespace,
+    extra: &[Source],
+    plan: &Plan,
+    target: &plan::Target,
+    csv: &Value,
+) -> Result<(TargetOutcome, Loaded, Loaded), String> {
+    let subscription = context.installed_by(plan);
+    let replaced = replaced::replaced(target, csv, subscription, &context.installed)
+        .map(|(i, why)| (i.name.clone(), why));
+    let (before, after) = allowlists(inputs, &context.sources, extra, plan, csv, replaced.as_ref())?;
+    let outcome = TargetOutcome {
+        csv: target.csv.clone(),
+        package: target.package.clone().or_else(|| replaced::package(csv)),
+        changes: release_changes(context, replaced.as_ref(), csv),
+        replaced,
+        concerned: Vec::new(),
+    };
+    Ok((outcome, before, after))
+}
+
+/// The end of a run: an error the targets' allowlists share said once, and
+/// a run that judged nothing never a pass.
+fn ended(plans: &Plans, found: &mut Preflight) {
+    let mut said = std::collections::HashSet::new();
+    found.errors.retain(|e| said.insert(e.clone()));
+    if !found.errors.is_empty() || found.plans.iter().any(|p| !p.targets.is_empty()) {
+        return;
+    }
+    let none = match plans {
+        Plans::AllPending { namespaces } if namespaces.is_empty() => {
+            "no InstallPlan waits for an approval".to_owned()
+        }
+        Plans::AllPending { namespaces } => format!(
+            "no InstallPlan waits for an approval in {}",
+            namespaces.join(", ")
+        ),
+        Plans::Named { namespace, name } => format!("InstallPlan {namespace}/{name} was not judged"),
+    };
+    found.errors.push(format!("{none}: nothing was judged"));
+}
+
+/// Reads every object once and judges it by each target's two allowlists.
+async fn judge_all(
+    connection: &Connection,
+    inputs: &Inputs<'_>,
+    judgeable: Vec<Judgeable>,
+    found: &mut Preflight,
+) {
+    if judgeable.is_empty() {
+        return;
+    }
+    let rules: Vec<judge::Rules<'_>> = judgeable
+        .iter()
+        .flat_map(|j| [&j.before.allowlist, &j.after.allowlist])
+        .map(|allowlist| judge::Rules {
+            policy: inputs.policy,
+            allowlist,
+            published: None,
+        })
+        .collect();
+    match audit::compare(connection, &inputs.target, rules[0], &rules[1..]).await {
+        Ok(audited) => {
+            found.objects = audited.report.summary.objects;
+            found.errors.extend(audited.report.errors);
+            found.notes.extend(audited.report.notes);
+            for (i, mut j) in judgeable.into_iter().enumerate() {
+                j.outcome.concerned = assess::concerned(&audited.compared, 2 * i, 2 * i + 1);
+                found.plans[j.plan].targets.push(j.outcome);
+            }
+        }
+        Err(e) => found.errors.push(e.to_string()),
+    }
+}
+
+/// The plans `plans` names that wait for an approval; the others named in
+/// the errors (a plan named and not pending, one not ready) or the notes.
+async fn read_plans(connection: &Connection, plans: &Plans, found: &mut Preflight) -> Vec<Plan> {
+    let mut values = Vec::new();
+    match plans {
+        Plans::Named { namespace, name } => match cluster::plan(connection, namespace, name).await {
+            Ok(v) => values.push(v),
+            Err(e) => found.errors.push(e.message().to_owned()),
+        },
+        Plans::AllPending { namespaces } if namespaces.is_empty() => {
+            match cluster::plans(connection, None).await {
+                Ok(v) => values = v,
+                Err(e) => found.errors.push(e.message().to_owned()),
+            }
+        }
+        Plans::AllPending { namespaces } => {
+            for ns in namespaces {
+                match cluster::plans(connection, Some(ns)).await {
+                    Ok(v) => values.extend(v),
+                    Err(e) => found.errors.push(e.message().to_owned()),
+                }
+            }
+        }
+    }
+    let named = matches!(plans, Plans::Named { .. });
+    let mut out = Vec::new();
+    let mut settled = 0;
+    for value in values {
+        let plan = match Plan::read(&value) {
+            Ok(p) => p,
+            Err(e) => {
+                found.errors.push(e.to_string());
+                continue;
+            }
+        };
+        match &plan.state {
+            State::Pending => out.push(plan),
+            State::NotReady(why) => found.errors.push(format!(
+                "InstallPlan {} is not ready yet: {why}; run again once it waits for an approval",
+                plan.at()
+            )),
+            State::Settled(why) if named => found.errors.push(format!(
+                "InstallPlan {} does not wait for an approval: {why}; nothing to judge",
+                plan.at()
+            )),
+            State::Settled(_) => settled += 1,
+        }
+    }
+    if settled > 0 {
+        found.notes.push(format!(
+            "{settled} InstallPlan(s) that do not wait for an approval were passed over"
+        ));
+    }
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+/// What `preflight` knows of a plan's namespace: its Subscriptions and its
+/// installed CSVs, read once however many plans it holds.
+#[derive(Default)]
+struct Namespaces {
+    read: BTreeMap<String, Namespace>,
+}
+
+#[derive(Default, Clone)]
+struct Namespace {
+    subscriptions: Vec<Value>,
+    sources: Vec<Source>,
+    installed: Vec<Installed>,
+}
+
+impl Namespaces {
+    async fn get(&mut self, connection: &Connection, namespace: &str, found: &mut Preflight) -> Namespace {
+        if let Some(ns) = self.read.get(namespace) {
+            return ns.clone();
+        }
+        let mut ns = Namespace::default();
+        match cluster::subscriptions(connection, namespace).await {
+            Ok(s) => ns.subscriptions = s,
+            Err(e) => found.errors.push(e.message().to_owned()),
+        }
+        let csvs = Csvs {
+            namespace: namespace.to_owned(),
+            prefix: None,
+        };
+        match audit::installed::read(connection, &csvs).await {
+            Ok(sources) => ns.sources = sources,
+            Err(e) => found.errors.push(e.message().to_owned()),
+        }
+        ns.installed = ns
+            .sources
+            .iter()
+            .filter_map(|s| serde_json::from_str::<Value>(&s.text).ok())
+            .map(|csv| Installed {
+                name: csv
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                package: replaced::package(&csv),
+            })
+            .collect();
+        self.read.insert(namespace.to_owned(), ns.clone());
+        ns
+    }
+}
+
+impl Namespace {
+    /// The Subscriptions `plan` belongs to (its owners).
+    fn owners<'s>(&'s self, plan: &'s Plan) -> impl Iterator<Item = &'s Value> + 's {
+        self.subscriptions.iter().filter(|s| {
+            let name = s.pointer("/metadata/name").and_then(Value::as_str);
+            plan.owners.iter().any(|o| Some(o.as_str()) == name)
+        })
+    }
+
+    /// `status.installedCSV` of the Subscription the plan belongs to.
+    fn installed_by<'s>(&'s self, plan: &'s Plan) -> Option<&'s str> {
+        self.owners(plan)
+            .find_map(|s| s.pointer("/status/installedCSV").and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The installed CSV named `name`.
+    fn csv(&self, name: &str) -> Option<Value> {
+        self.sources.iter().find_map(|s| match &s.kind {
+            allowlist::SourceKind::InstalledCsv { name: n, .. } if n == name => {
+                serde_json::from_str(&s.text).ok()
+            }
+            _ => None,
+        })
+    }
+}
+
+/// Why `plan` is not judged: a Subscription it belongs to now points at
+/// another plan (OLM resolved again; approving this one installs nothing
+/// the Subscription wants).
+async fn superseded(
+    connection: &Connection,
+    plan: &Plan,
+    namespaces: &mut Namespaces,
+    found: &mut Preflight,
+) -> Option<String> {
+    let ns = namespaces.get(connection, &plan.namespace, found).await;
+    ns.owners(plan).find_map(|s| {
+        let current = s.pointer("/status/installPlanRef/name").and_then(Value::as_str)?;
+        let subscription = s
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        (current != plan.name).then(|| {
+            format!("superseded: Subscription {subscription} now points at InstallPlan {current}; not judged")
+        })
+    })
+}
+
+/// The CSV a target installs: in its step, or in the bundle ConfigMap it
+/// refers to (which must be there and readable, or the run says so).
+async fn target_csv(
+    connection: &Connection,
+    plan: &Plan,
+    target: &plan::Target,
+    found: &mut Preflight,
+) -> Option<Value> {
+    match &target.manifest {
+        Manifest::Inline(csv) => Some((**csv).clone()),
+        Manifest::Unpacked { namespace, name } => {
+            let read = cluster::bundle(connection, namespace, name).await;
+            let csv = read
+                .map_err(|e| e.message().to_owned())
+                .and_then(|cm| bundle::csv(&cm, &target.csv).map_err(|e| e.to_string()));
+            csv.map_err(|e| {
+                found.errors.push(format!(
+                    "InstallPlan {}: the bundle of {} cannot be read: {e}",
+                    plan.at(),
+                    target.csv
+                ))
+            })
+            .ok()
+        }
+    }
+}
+
+/// The allowlists before and after approving `plan`'s target `csv`: the
+/// files, the namespace's installed CSVs and `--allowlist-csv`'s; after,
+/// without the replaced CSV and with the target.
+fn allowlists(
+    inputs: &Inputs<'_>,
+    installed: &[Source],
+    extra: &[Source],
+    plan: &Plan,
+    csv: &Value,
+    replaced: Option<&(String, Why)>,
+) -> Result<(Loaded, Loaded), String> {
+    let load = |sources: &[Source]| {
+        let loaded = allowlist::load_with_installed(inputs.files, sources, &inputs.policy.catalog)
+            .map_err(|e| format!("the allowlist cannot be used:\n{e}"))?;
+        // The one rule for an allowlist that promotes nothing, as `audit`
+        // asks it.
+        inputs
+            .policy
+            .judges_by(&loaded.allowlist)
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(loaded)
+    };
+    let before: Vec<Source> = installed.iter().chain(extra).cloned().collect();
+    let gone = |s: &Source| {
+        matches!((&s.kind, replaced), (allowlist::SourceKind::InstalledCsv { name, namespace }, Some((r, _)))
+            if name == r && *namespace == plan.namespace)
+    };
+    let after: Vec<Source> = before
+        .iter()
+        .filter(|s| !gone(s))
+        .cloned()
+        .chain([Source::planned_csv(&plan.at(), csv)])
+        .collect();
+    Ok((load(&before)?, load(&after)?))
+}
+
+/// What the target CSV `csv` changes against the release it replaces (an
+/// installed CSV of `context`), each release's promotions read on their own.
+fn release_changes(context: &Namespace, replaced: Option<&(String, Why)>, csv: &Value) -> Vec<Change> {
+    let list = |csv: &Value| {
+        allowlist::load_text("release.json", &csv.to_string())
+            .ok()
+            .map(|l| l.allowlist)
+    };
+    let old_csv = replaced.and_then(|(name, _)| context.csv(name));
+    let old: Option<(Allowlist, &Value)> = old_csv.as_ref().and_then(|v| Some((list(v)?, v)));
+    match list(csv) {
+        Some(new) => changes::between(old.as_ref().map(|(l, v)| (l, *v)), (&new, csv)),
+        None => Vec::new(),
+    }
+}

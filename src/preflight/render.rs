@@ -1,0 +1,328 @@
+//! The pre-flight report: per plan and target, what the upgrade changes,
+//! the objects it concerns by category, and one verdict line; as text or as
+//! JSON (`upgrade` beside `results` as `audit` writes them). And its exit
+//! code: 2 when something could not be read, else 1 when an object is or
+//! will be stale, else 0.
+
+use std::fmt::Write;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::changes::Change;
+use super::{PlanOutcome, Preflight, TargetOutcome};
+use crate::judge::ImageVerdict;
+use crate::reference::short_digest;
+use crate::report::{ObjectReport, UpgradeChange, owner_chain};
+
+/// The exit code: never 0 for what was not read.
+pub fn exit_code(found: &Preflight) -> u8 {
+    if !found.errors.is_empty() {
+        2
+    } else if targets(found).any(|t| {
+        t.concerned
+            .iter()
+            .any(|c| c.change != UpgradeChange::FixedByUpgrade)
+    }) {
+        1
+    } else {
+        0
+    }
+}
+
+fn targets(found: &Preflight) -> impl Iterator<Item = &TargetOutcome> {
+    found.plans.iter().flat_map(|p| &p.targets)
+}
+
+fn count(t: &TargetOutcome, change: UpgradeChange) -> usize {
+    t.concerned.iter().filter(|c| c.change == change).count()
+}
+
+/// The verdict on one target, in one line.
+pub fn verdict(t: &TargetOutcome) -> String {
+    let (stale, already) = (
+        count(t, UpgradeChange::StaleAfterUpgrade),
+        count(t, UpgradeChange::AlreadyStale),
+    );
+    match (stale, already) {
+        (0, 0) => "safe to approve".to_owned(),
+        (0, n) => format!(
+            "the upgrade breaks nothing; {n} object{} already stale",
+            plural(n, " is", "s are")
+        ),
+        (n, _) => format!(
+            "do not approve yet: approving leaves {n} object{} on images the new release does not promote, and the webhook rewrites what is written, not what is stored; update {} to the digests named above with the approval (for manifests in git: digest-gate check --fix against the new release)",
+            plural(n, "", "s"),
+            if n == 1 { "it" } else { "them" }
+        ),
+    }
+}
+
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
+/// How long ago an RFC 3339 time was, to the minute.
+pub fn age(created: Option<&str>, now: SystemTime) -> Option<String> {
+    let then = humantime::parse_rfc3339(created?).ok()?;
+    let secs = now.duration_since(then).ok()?.as_secs();
+    Some(humantime::format_duration(std::time::Duration::from_secs(secs / 60 * 60)).to_string())
+        .map(|s| if secs < 60 { "under a minute".to_owned() } else { s })
+}
+
+/// The text report.
+pub fn text(found: &Preflight, now: SystemTime) -> String {
+    let mut out = String::new();
+    for plan in &found.plans {
+        plan_text(plan, now, &mut out);
+    }
+    for n in &found.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for e in &found.errors {
+        let _ = writeln!(out, "error: {e}");
+    }
+    let judged = targets(found).count();
+    let _ = writeln!(
+        out,
+        "{} object{} read, {judged} upgrade target{} judged",
+        found.objects,
+        plural(found.objects, "", "s"),
+        plural(judged, "", "s")
+    );
+    out
+}
+
+fn plan_text(plan: &PlanOutcome, now: SystemTime, out: &mut String) {
+    let _ = write!(out, "InstallPlan {}/{}", plan.namespace, plan.name);
+    if let Some(age) = age(plan.created.as_deref(), now) {
+        let _ = write!(out, " (waiting {age})");
+    }
+    match &plan.passed_over {
+        Some(why) => {
+            let _ = writeln!(out, ": {why}");
+            return;
+        }
+        None => out.push('\n'),
+    }
+    for t in &plan.targets {
+        let _ = write!(out, "  {}", t.csv);
+        if let Some(p) = &t.package {
+            let _ = write!(out, " (package {p})");
+        }
+        match &t.replaced {
+            Some((name, why)) => {
+                let _ = writeln!(out, " replaces {name} ({why})");
+            }
+            None => out.push_str(": a fresh install, nothing installed is replaced\n"),
+        }
+        for c in &t.changes {
+            let _ = writeln!(out, "    {}", change_line(c));
+        }
+        for c in &t.concerned {
+            object_text(&c.report, out);
+        }
+        let _ = writeln!(out, "  verdict: {}: {}", t.csv, verdict(t));
+    }
+}
+
+fn digests(list: &[String]) -> String {
+    let short: Vec<&str> = list.iter().map(|d| short_digest(d)).collect();
+    short.join(", ")
+}
+
+fn change_line(c: &Change) -> String {
+    let name = c.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+    if c.is_added() {
+        format!("adds {}{name}: {}", c.repository, digests(&c.to))
+    } else if c.is_dropped() {
+        format!("drops {}{name}: {}", c.repository, digests(&c.from))
+    } else {
+        format!(
+            "changes {}{name}: {} → {}",
+            c.repository,
+            digests(&c.from),
+            digests(&c.to)
+        )
+    }
+}
+
+/// One line per image the upgrade concerns: its category, the object (and
+/// what owns it), and what the webhook does to it after the upgrade.
+fn object_text(r: &ObjectReport, out: &mut String) {
+    let owners = owner_chain(&r.owners);
+    for i in &r.images {
+        let Some(change) = i.change else { continue };
+        let image = i.image.as_str().unwrap_or_default();
+        let then = match (change, i.verdict, i.would_be) {
+            (UpgradeChange::FixedByUpgrade, ..) => format!("{image} is promoted once it is approved"),
+            (_, ImageVerdict::Rewrite, _) => format!("the webhook will rewrite it: {}", i.reason),
+            (_, ImageVerdict::Deny, _) => format!("the webhook will deny it: {}", i.reason),
+            (_, _, Some(v)) => format!("the webhook will report it ({v} in rewrite mode): {}", i.reason),
+            _ => i.reason.clone(),
+        };
+        let _ = writeln!(out, "    {change}: {}{owners}: {then}", r.label(None));
+    }
+}
+
+/// The SARIF report: the categories are the rules.
+pub fn sarif(found: &Preflight) -> String {
+    let targets: Vec<(String, &ObjectReport)> = found
+        .plans
+        .iter()
+        .flat_map(|p| {
+            p.targets.iter().flat_map(move |t| {
+                t.concerned
+                    .iter()
+                    .map(move |c| (format!("{}/{}/{}", p.namespace, p.name, t.csv), &c.report))
+            })
+        })
+        .collect();
+    let doc = crate::sarif::upgrade_document(
+        &found.errors,
+        &found.notes,
+        targets.iter().map(|(t, r)| (t.as_str(), *r)),
+    );
+    let mut text = serde_json::to_string_pretty(&doc).expect("reports serialise");
+    text.push('\n');
+    text
+}
+
+/// The JSON report: `upgrade` (one entry per target), the plans passed
+/// over, `results` as `audit` writes them (each with its target and
+/// `change`), a summary by category, errors and notes.
+#[derive(Serialize)]
+struct Doc<'a> {
+    upgrade: Vec<Upgrade<'a>>,
+    #[serde(rename = "passedOver", skip_serializing_if = "Vec::is_empty")]
+    passed_over: Vec<PassedOver<'a>>,
+    results: Vec<JsonResult<'a>>,
+    summary: Summary,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    errors: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct Upgrade<'a> {
+    package: Option<&'a str>,
+    plan: String,
+    age: Option<String>,
+    from: Vec<&'a str>,
+    #[serde(rename = "replacedBecause", skip_serializing_if = "Option::is_none")]
+    replaced_because: Option<&'static str>,
+    to: &'a str,
+    changes: Vec<JsonChange<'a>>,
+    added: Vec<&'a str>,
+    dropped: Vec<&'a str>,
+    verdict: String,
+}
+
+#[derive(Serialize)]
+struct JsonChange<'a> {
+    repository: &'a str,
+    name: Option<&'a str>,
+    from: &'a [String],
+    to: &'a [String],
+}
+
+#[derive(Serialize)]
+struct PassedOver<'a> {
+    plan: String,
+    why: &'a str,
+}
+
+#[derive(Serialize)]
+struct JsonResult<'a> {
+    /// The plan and CSV the result is of (`namespace/plan/csv`).
+    target: String,
+    change: UpgradeChange,
+    #[serde(flatten)]
+    report: &'a ObjectReport,
+}
+
+#[derive(Serialize, Default)]
+struct Summary {
+    objects: usize,
+    targets: usize,
+    stale_after_upgrade: usize,
+    already_stale: usize,
+    fixed_by_upgrade: usize,
+}
+
+/// The JSON report.
+pub fn json(found: &Preflight, now: SystemTime) -> String {
+    let mut doc = Doc {
+        upgrade: Vec::new(),
+        passed_over: Vec::new(),
+        results: Vec::new(),
+        summary: Summary {
+            objects: found.objects,
+            ..Summary::default()
+        },
+        errors: &found.errors,
+        notes: &found.notes,
+    };
+    for plan in &found.plans {
+        let at = format!("{}/{}", plan.namespace, plan.name);
+        if let Some(why) = &plan.passed_over {
+            doc.passed_over.push(PassedOver {
+                plan: at.clone(),
+                why,
+            });
+        }
+        for t in &plan.targets {
+            doc.summary.targets += 1;
+            doc.upgrade.push(upgrade(&at, plan, t, now));
+            for c in &t.concerned {
+                *match c.change {
+                    UpgradeChange::StaleAfterUpgrade => &mut doc.summary.stale_after_upgrade,
+                    UpgradeChange::AlreadyStale => &mut doc.summary.already_stale,
+                    UpgradeChange::FixedByUpgrade => &mut doc.summary.fixed_by_upgrade,
+                } += 1;
+                doc.results.push(JsonResult {
+                    target: format!("{at}/{}", t.csv),
+                    change: c.change,
+                    report: &c.report,
+                });
+            }
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&doc).expect("reports serialise");
+    text.push('\n');
+    text
+}
+
+/// One target's `upgrade` entry.
+fn upgrade<'a>(at: &str, plan: &PlanOutcome, t: &'a TargetOutcome, now: SystemTime) -> Upgrade<'a> {
+    let of = |f: fn(&Change) -> bool| {
+        t.changes
+            .iter()
+            .filter(|c| f(c))
+            .map(|c| c.repository.as_str())
+            .collect()
+    };
+    Upgrade {
+        package: t.package.as_deref(),
+        plan: at.to_owned(),
+        age: age(plan.created.as_deref(), now),
+        from: t.replaced.iter().map(|(n, _)| n.as_str()).collect(),
+        replaced_because: t.replaced.as_ref().map(|(_, why)| why.into()),
+        to: &t.csv,
+        changes: t
+            .changes
+            .iter()
+            .filter(|c| !c.is_added() && !c.is_dropped())
+            .map(|c| JsonChange {
+                repository: &c.repository,
+                name: c.name.as_deref(),
+                from: &c.from,
+                to: &c.to,
+            })
+            .collect(),
+        added: of(Change::is_added),
+        dropped: of(Change::is_dropped),
+        verdict: verdict(t),
+    }
+}
