@@ -50,6 +50,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from cluster import ControlPlane, binaries, wait_until  # noqa: E402 (needs the path above)
+from harness import permissive_crd  # noqa: E402
 from rss import binary_argument, built, measure, stop  # noqa: E402 (bench/ is on the path as the script's directory)
 
 POD = ROOT / "bench" / "modelmesh-pod.json"
@@ -61,6 +62,8 @@ STALE = ("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:"
 PROMOTED = ("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@sha256:"
             "8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6")
 OUT = ROOT / "target" / "bench-audit"
+CSVS = ROOT / "tests" / "data" / "allowlists"
+OPERATORS = "bench-operators"
 # Concurrent writers while filling the cluster: enough to keep the apiserver
 # busy on two cores, few enough not to starve it.
 WRITERS = 4
@@ -195,6 +198,22 @@ class Bench:
         assert judged == total and found == stale and not report.get("errors"), (judged, found, report.get("errors"))
         return result
 
+    def preflight(self, binary: str, total: int, stale: int) -> tuple[float, float]:
+        out = self.tmp / "preflight.json"
+
+        def one():
+            r = measure([binary, "preflight", "--allowlist", str(ALLOWLIST), "--kubeconfig", self.kc,
+                         "--installplan", f"{OPERATORS}/install-bench", "-o", "json"], out)
+            assert r[2] == 1, f"preflight exited {r[2]}: {out.read_text()[-2000:]}"
+            return r
+        result = median_of(self.args.runs, one)
+        report = json.loads(out.read_text())
+        summary = report["summary"]
+        # The stale objects are on a digest neither release promotes.
+        assert (summary["objects"] >= total, summary["already_stale"], summary["stale_after_upgrade"],
+                report.get("errors")) == (True, stale, 0, None), (summary, report.get("errors"))
+        return result
+
     def kubectl(self, total: int) -> tuple[tuple[float, float], tuple[float, float]]:
         listing = self.tmp / "kubectl.json"
         kubectl = [str(self.cp.bin / "kubectl"), f"--kubeconfig={self.kc}", "get", "pods,servingruntimes", "-A",
@@ -248,6 +267,8 @@ class Bench:
         if self.args.baseline:
             rows.append((f"the baseline build's `audit -A -o json`, {label}",
                          *self.audit(self.args.baseline, size, stale)))
+        rows.append((f"`digest-gate preflight` of a pending InstallPlan, {label} (each object judged before and after)",
+                     *self.preflight(self.args.binary, size, stale)))
         rows.append((f"`serve`'s background audit with `--audit-policy-reports`, {label} (peak of the server)",
                      *self.background(self.args.binary, stale)))
         if self.args.baseline:
@@ -258,6 +279,27 @@ class Bench:
             rows.append((f"`kubectl get pods,servingruntimes -A -o json`, {label}", *get))
             rows.append((f"the same `kubectl get`, then `digest-gate check -f -`, {label}", *pipe))
         return rows
+
+
+def pending_upgrade(cp: ControlPlane):
+    """rhods-operator 1.20.1 installed, and an InstallPlan to 1.21.0 waiting
+    for an approval (its CSV inline), as OLM would leave them."""
+    for kind, plural in (("ClusterServiceVersion", "clusterserviceversions"), ("InstallPlan", "installplans"),
+                         ("Subscription", "subscriptions")):
+        cp.apply(permissive_crd(kind, plural, "Namespaced", ("v1alpha1",), group="operators.coreos.com"))
+        cp.kubectl("wait", "--for=condition=Established", f"crd/{plural}.operators.coreos.com", "--timeout=60s")
+    cp.namespace(OPERATORS)
+    old = yaml.safe_load((CSVS / "rhods-operator.1.20.1.csv.yaml").read_text())
+    old["metadata"]["namespace"] = OPERATORS
+    cp.apply(old)
+    new = yaml.safe_load((CSVS / "rhods-operator.csv.yaml").read_text())
+    step = {"resolving": new["metadata"]["name"], "status": "Unknown", "resource": {
+        "group": "operators.coreos.com", "version": "v1alpha1", "kind": "ClusterServiceVersion",
+        "name": new["metadata"]["name"], "manifest": json.dumps(new)}}
+    cp.apply({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "InstallPlan",
+              "metadata": {"name": "install-bench", "namespace": OPERATORS},
+              "spec": {"approval": "Manual", "approved": False, "clusterServiceVersionNames": [step["resolving"]]},
+              "status": {"phase": "RequiresApproval", "plan": [step]}})
 
 
 def main():
@@ -284,6 +326,7 @@ def main():
             for crd in ("servingruntimes.serving.kserve.io", "policyreports.wgpolicyk8s.io"):
                 cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
             namespaces_ready(cp, args.namespaces)
+            pending_upgrade(cp)
             bench = Bench(args, cp, tmp)
             there = (0, 0)
             for size in sizes:
@@ -303,7 +346,8 @@ def main():
     for what, s, mib in rows:
         lines.append(f"| {what} | {s:.2f} | {mib:.1f} | {s / first[1]:.2f} | {mib / first[2]:.2f} |")
     lines += ["", "Every `audit` judged every Pod and ServingRuntime and found exactly the stale ones, with no "
-              "errors."]
+              "errors; `preflight` found them `already_stale` (neither release promotes their digest) and nothing "
+              "`stale_after_upgrade`."]
     text = "\n".join(lines) + "\n"
     (OUT / "report.md").write_text(text)
     print(text)
