@@ -34,6 +34,8 @@ pub(super) struct Judging<'a, 'w> {
     /// uid of their controller.
     pub(super) pending: Vec<(Judged, String)>,
     pub(super) out: Option<&'a mut Writer<'w>>,
+    /// Objects read so far, on a terminal (hidden otherwise).
+    pub(super) progress: &'a indicatif::ProgressBar,
 }
 
 /// An object's report, and its further judgements.
@@ -52,6 +54,7 @@ impl Judging<'_, '_> {
         to_come: &dyn Fn(&str) -> bool,
     ) {
         self.owners.add(kind.name, object);
+        self.progress.inc(1);
         let subject = judge::Subject {
             group,
             kind: kind.name,

@@ -160,19 +160,31 @@ pub async fn run(
     writes: &Writes,
     out: Option<&mut Writer<'_>>,
 ) -> Result<Audit, AuditError> {
-    read(connection, target, rules, &[], (learn, writes, out)).await
+    let hidden = indicatif::ProgressBar::hidden();
+    read(connection, target, rules, &[], (learn, writes, out), &hidden).await
 }
 
 /// Reads `target` once and judges every object by `rules` and by each of
 /// `also` (an upgrade's before and after): [`Audit::compared`] holds the
 /// objects some judgement has a finding for; nothing is written.
+/// `progress` counts the objects read, with the kind being read as its
+/// message.
 pub async fn compare(
     connection: &Connection,
     target: &Target,
     rules: judge::Rules<'_>,
     also: &[judge::Rules<'_>],
+    progress: &indicatif::ProgressBar,
 ) -> Result<Audit, AuditError> {
-    read(connection, target, rules, also, (false, &Writes::default(), None)).await
+    read(
+        connection,
+        target,
+        rules,
+        also,
+        (false, &Writes::default(), None),
+        progress,
+    )
+    .await
 }
 
 /// [`run`] and [`compare`]: what is read and judged, and (learn, writes,
@@ -183,6 +195,7 @@ async fn read<'r>(
     rules: judge::Rules<'r>,
     also: &'r [judge::Rules<'r>],
     (learn, writes, out): (bool, &Writes, Option<&mut Writer<'_>>),
+    progress: &indicatif::ProgressBar,
 ) -> Result<Audit, AuditError> {
     let mut audit = Audit {
         gathered: writes.policy_reports.then(|| write::Gathered::new(writes.passes)),
@@ -214,12 +227,14 @@ async fn read<'r>(
         owners: owners::Index::default(),
         pending: Vec::new(),
         out,
+        progress,
     };
     let names: Vec<&str> = served.iter().map(|(kind, ..)| kind.name).collect();
     for (at, (kind, resource, caps)) in served.iter().enumerate() {
         let Some(places) = places(kind, &caps.scope, &namespaces, target, &mut audit) else {
             continue;
         };
+        progress.set_message(format!("{}s", kind.name));
         let lister = Lister {
             connection,
             resource,

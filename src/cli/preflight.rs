@@ -61,6 +61,9 @@ pub struct PreflightArgs {
     pub output: Output,
     #[command(flatten)]
     pub csvs: audit::installed::CsvArgs,
+    /// No progress on standard error (drawn only on a terminal anyway).
+    #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
+    pub quiet: bool,
 }
 
 fn parse_plan(s: &str) -> Result<(String, String), String> {
@@ -111,6 +114,7 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
             kinds: None,
             break_glass_label: None,
         },
+        quiet: args.quiet,
     };
     let found = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings())

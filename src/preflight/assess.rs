@@ -145,6 +145,7 @@ mod tests {
             package: Some("rhods-operator".into()),
             replaced: None,
             changes: Vec::new(),
+            head: None,
             concerned: concerned(
                 &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
                 0,
@@ -196,6 +197,7 @@ mod tests {
                     )),
                     changes: Vec::new(),
                     concerned: concerned(&[compared(OLD, &policy), compared(INCIDENT, &policy)], 0, 1),
+                    head: None,
                 }],
             }],
             objects: 2,

@@ -49,6 +49,8 @@ pub struct Inputs<'a> {
     pub policy: &'a Policy,
     /// Where the objects are read.
     pub target: audit::Target,
+    /// `--quiet`: no progress on a terminal.
+    pub quiet: bool,
 }
 
 /// One plan, and what became of it.
@@ -71,6 +73,37 @@ pub struct TargetOutcome {
     pub replaced: Option<(String, Why)>,
     pub changes: Vec<Change>,
     pub concerned: Vec<Concerned>,
+    /// With a catalog among the allowlists: its channel head for the
+    /// package, when that is not the target (a stale plan: OLM does not
+    /// resolve it again until it is deleted), and whether the catalog lists
+    /// the target at all.
+    pub head: Option<Head>,
+}
+
+/// A catalog's channel head that is not a plan's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub csv: String,
+    /// Whether the catalog lists the target, behind its head.
+    pub lists_target: bool,
+}
+
+/// The head of `package`'s ordering channel in the catalogs `list` was
+/// loaded from, if it is not `target` (the bundle nearest the head, by the
+/// graph the catalog reader ordered).
+pub fn moved_past(list: &Allowlist, package: &str, target: &str) -> Option<Head> {
+    let releases: Vec<&allowlist::Provenance> = list
+        .provenances()
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| p.rank.is_some() && p.package.as_deref() == Some(package))
+        .collect();
+    let head = releases.iter().max_by(|a, b| a.recency().cmp(&b.recency()))?;
+    let csv = head.name.clone()?;
+    (csv != target).then(|| Head {
+        csv,
+        lists_target: releases.iter().any(|p| p.name.as_deref() == Some(target)),
+    })
 }
 
 /// What a run found.
@@ -154,9 +187,13 @@ fn prepare(
     let replaced = replaced::replaced(target, csv, subscription, &context.installed)
         .map(|(i, why)| (i.name.clone(), why));
     let (before, after) = allowlists(inputs, &context.sources, extra, plan, csv, replaced.as_ref())?;
+    let package = target.package.clone().or_else(|| replaced::package(csv));
     let outcome = TargetOutcome {
         csv: target.csv.clone(),
-        package: target.package.clone().or_else(|| replaced::package(csv)),
+        head: package
+            .as_deref()
+            .and_then(|p| moved_past(&before.allowlist, p, &target.csv)),
+        package,
         changes: release_changes(context, replaced.as_ref(), csv),
         replaced,
         concerned: Vec::new(),
@@ -204,7 +241,10 @@ async fn judge_all(
             published: None,
         })
         .collect();
-    match audit::compare(connection, &inputs.target, rules[0], &rules[1..]).await {
+    let progress = progress(inputs.quiet);
+    let read = audit::compare(connection, &inputs.target, rules[0], &rules[1..], &progress).await;
+    progress.finish_and_clear();
+    match read {
         Ok(audited) => {
             found.objects = audited.report.summary.objects;
             found.errors.extend(audited.report.errors);
@@ -216,6 +256,21 @@ async fn judge_all(
         }
         Err(e) => found.errors.push(e.to_string()),
     }
+}
+
+/// A count of the objects read on standard error, drawn only when it is a
+/// terminal, as `allowlist verify` draws its bar.
+fn progress(quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{spinner} {pos} objects read and judged, reading {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
 }
 
 /// The plans `plans` names that wait for an approval; the others named in
@@ -450,5 +505,41 @@ fn release_changes(context: &Namespace, replaced: Option<&(String, Why)>, csv: &
     match list(csv) {
         Some(new) => changes::between(old.as_ref().map(|(l, v)| (l, *v)), (&new, csv)),
         None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::{CatalogOptions, load_paths_with};
+
+    /// The real RHOAI catalog fragment: fast-3.x runs 3.0.0 → 3.2.0 →
+    /// 3.3.0 → 3.3.1, ordered by the catalog reader.
+    fn catalog(channel: &str) -> Allowlist {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/olm/rhods");
+        let options = CatalogOptions {
+            packages: vec!["rhods-operator".into()],
+            channel: Some(channel.into()),
+        };
+        load_paths_with(&[dir.to_owned()], &options).unwrap().allowlist
+    }
+
+    #[test]
+    fn a_plan_behind_the_catalogs_head_is_told_and_one_at_it_is_not() {
+        let list = catalog("fast-3.x");
+        assert_eq!(
+            moved_past(&list, "rhods-operator", "rhods-operator.3.3.0"),
+            Some(Head {
+                csv: "rhods-operator.3.3.1".into(),
+                lists_target: true
+            })
+        );
+        assert_eq!(moved_past(&list, "rhods-operator", "rhods-operator.3.3.1"), None);
+        assert_eq!(
+            moved_past(&list, "rhods-operator", "rhods-operator.1.21.0").map(|h| h.lists_target),
+            Some(false)
+        );
+        // No catalog of the package: nothing to say.
+        assert_eq!(moved_past(&list, "other-operator", "other-operator.2.0.0"), None);
     }
 }

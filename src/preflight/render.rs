@@ -116,6 +116,9 @@ fn plan_text(plan: &PlanOutcome, now: SystemTime, out: &mut String) {
             }
             None => out.push_str(": a fresh install, nothing installed is replaced\n"),
         }
+        if let Some(line) = head_line(t) {
+            let _ = writeln!(out, "    note: {line}");
+        }
         for c in &t.changes {
             let _ = writeln!(out, "    {}", change_line(c));
         }
@@ -124,6 +127,23 @@ fn plan_text(plan: &PlanOutcome, now: SystemTime, out: &mut String) {
         }
         let _ = writeln!(out, "  verdict: {}: {}", t.csv, verdict(t));
     }
+}
+
+/// What a catalog given with --allowlist says of the target: its channel
+/// head has moved past it, or it does not list it.
+fn head_line(t: &TargetOutcome) -> Option<String> {
+    let head = t.head.as_ref()?;
+    Some(if head.lists_target {
+        format!(
+            "the catalog's channel head is {}, past this plan's target: OLM does not resolve a plan again until it is deleted (delete it for a plan to the head)",
+            head.csv
+        )
+    } else {
+        format!(
+            "the catalog given does not list {}; its channel head is {}",
+            t.csv, head.csv
+        )
+    })
 }
 
 fn digests(list: &[String]) -> String {
@@ -216,6 +236,9 @@ struct Upgrade<'a> {
     changes: Vec<JsonChange<'a>>,
     added: Vec<&'a str>,
     dropped: Vec<&'a str>,
+    /// A catalog's channel head that is not the target.
+    #[serde(rename = "channelHead", skip_serializing_if = "Option::is_none")]
+    channel_head: Option<String>,
     verdict: String,
 }
 
@@ -323,6 +346,7 @@ fn upgrade<'a>(at: &str, plan: &PlanOutcome, t: &'a TargetOutcome, now: SystemTi
             .collect(),
         added: of(Change::is_added),
         dropped: of(Change::is_dropped),
+        channel_head: head_line(t),
         verdict: verdict(t),
     }
 }

@@ -15,13 +15,14 @@ import base64
 import gzip
 import json
 import shlex
+import subprocess
 
 import jsonschema
 import pytest
 
 from cluster import ROOT, wait_until
 from harness import INCIDENT_IMAGE, PROMOTED_DIGEST, PROMOTED_IMAGE, incident_runtime, load_yaml, permissive_crd
-from support import docs_sample
+from support import binary, docs_sample
 from test_audit import INCIDENT_CM, against, deployment
 from test_installed_csvs import IMAGE_1_20_1
 
@@ -228,6 +229,30 @@ def test_sarif_has_the_categories_as_rules_and_validates(incident):
     assert ("already_stale", f"ConfigMap {APPS}/servingruntimes-config") in seen, seen
     assert all(ids[r["ruleIndex"]] == r["ruleId"] and r["properties"]["code"] == "digest_not_promoted"
                for r in run["results"]), run["results"]
+
+
+def test_a_catalog_given_says_where_its_channel_head_is(incident):
+    catalog = ROOT / "tests" / "fixtures" / "olm" / "rhods"
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/install-gzip", "--allowlist", str(catalog),
+                               "--catalog-package", "rhods-operator", "--catalog-channel", "fast-3.x")
+    assert ("note: the catalog given does not list rhods-operator.1.21.0; "
+            "its channel head is rhods-operator.3.3.1") in out, out + err
+
+
+def test_progress_is_drawn_on_a_terminal_only(incident):
+    argv = [str(binary()), "preflight", "--kubeconfig", str(incident.kubeconfig), "--namespace-selector", SELECTOR,
+            "--installplan", f"{OPERATORS}/install-gzip"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost", "TERM": "xterm"}
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert piped.returncode == 1 and "objects read and judged" not in piped.stderr, piped.stderr
+    # script(1) gives it a terminal; the bar is cleared at the end, so it
+    # shows in what the terminal was sent, not in what stays on screen.
+    tty = subprocess.run(["script", "-qec", shlex.join(argv), "/dev/null"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert "objects read and judged" in tty.stdout, tty.stdout[-2000:]
+    quiet = subprocess.run(["script", "-qec", shlex.join([*argv, "--quiet"]), "/dev/null"], capture_output=True,
+                           text=True, timeout=120, env=env)
+    assert "objects read and judged" not in quiet.stdout and "verdict:" in quiet.stdout, quiet.stdout[-2000:]
 
 
 def test_what_cannot_be_read_is_exit_2_and_never_safe(incident):
