@@ -16,3 +16,10 @@ pub fn incident_allowlist() -> Allowlist {
         .unwrap()
         .allowlist
 }
+
+/// A file of the repository, read when a test runs (not embedded: the
+/// image's build copies only what the binary embeds).
+pub fn fixture(path: &str) -> String {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"))
+}

@@ -65,7 +65,7 @@ mod tests {
     use crate::policy::Policy;
     use crate::preflight::render;
 
-    const RUNTIME: &str = include_str!("../../examples/manifests/incident-servingruntime.yaml");
+    const RUNTIME: &str = "examples/manifests/incident-servingruntime.yaml";
     const INCIDENT: &str = "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767";
     const OLD: &str = "sha256:1201000000000000000000000000000000000000000000000000000000000000";
     const NEW: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
@@ -80,7 +80,10 @@ mod tests {
     /// The incident's runtime on `digest`, judged by 1.20.1 (before) and by
     /// 1.21.0 (after), as `audit::compare` judges it.
     fn compared(digest: &str, policy: &Policy) -> Compared {
-        let mut object: Value = crate::yaml::parse_stream(RUNTIME).unwrap().remove(0).value;
+        let mut object: Value = crate::yaml::parse_stream(&crate::testing::fixture(RUNTIME))
+            .unwrap()
+            .remove(0)
+            .value;
         let image = object["spec"]["containers"][0]["image"]
             .as_str()
             .unwrap()

@@ -124,8 +124,8 @@ mod tests {
     /// A bundle ConfigMap dumped from a real cluster (kiali-operator
     /// v1.4.2, operator-registry's loader test data): files under `data`.
     fn plain() -> ConfigMap {
-        let text = include_str!("../../tests/fixtures/olm/bundle-unpack-configmap.kiali.yaml");
-        serde_json::from_value(crate::yaml::parse_stream(text).unwrap().remove(0).value).unwrap()
+        let text = crate::testing::fixture("tests/fixtures/olm/bundle-unpack-configmap.kiali.yaml");
+        serde_json::from_value(crate::yaml::parse_stream(&text).unwrap().remove(0).value).unwrap()
     }
 
     /// The same bundle as OLM's unpacker writes it (`opm alpha bundle

@@ -110,10 +110,11 @@ mod tests {
     use super::*;
     use crate::allowlist::load_text;
 
-    const OLD: &str = include_str!("../../tests/data/allowlists/rhods-operator.1.20.1.csv.yaml");
-    const NEW: &str = include_str!("../../tests/data/allowlists/rhods-operator.csv.yaml");
+    const OLD: &str = "tests/data/allowlists/rhods-operator.1.20.1.csv.yaml";
+    const NEW: &str = "tests/data/allowlists/rhods-operator.csv.yaml";
 
-    fn release(text: &str) -> (Allowlist, Value) {
+    fn release(path: &str) -> (Allowlist, Value) {
+        let text = &crate::testing::fixture(path);
         let list = load_text("csv.yaml", text).unwrap().allowlist;
         let csv = crate::yaml::parse_stream(text).unwrap().remove(0).value;
         (list, csv)
@@ -148,8 +149,10 @@ mod tests {
 
     #[test]
     fn moving_to_the_real_rhoai_release_drops_and_adds_repositories_by_name() {
-        let text = include_str!("../../tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml");
-        let (old, new) = (release(NEW), release(text));
+        let (old, new) = (
+            release(NEW),
+            release("tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml"),
+        );
         let changes = between(Some((&old.0, &old.1)), (&new.0, &new.1));
         let dropped: Vec<&str> = changes
             .iter()

@@ -243,14 +243,15 @@ mod tests {
     /// A real InstallPlan (quay-operator#743): Manual approval, approved
     /// already, its bundle lookup kept, its `status.plan` cut off.
     fn quay() -> Value {
-        let text = include_str!("../../tests/fixtures/olm/installplan-quay-operator-743.yaml");
-        crate::yaml::parse_stream(text).unwrap().remove(0).value
+        let text = crate::testing::fixture("tests/fixtures/olm/installplan-quay-operator-743.yaml");
+        crate::yaml::parse_stream(&text).unwrap().remove(0).value
     }
 
     /// The real RHOAI 3.3.5 bundle CSV.
     fn rhoai() -> Value {
-        let text = include_str!("../../tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml");
-        crate::yaml::parse_stream(text).unwrap().remove(0).value
+        let text =
+            crate::testing::fixture("tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml");
+        crate::yaml::parse_stream(&text).unwrap().remove(0).value
     }
 
     /// A CSV step in the shape OLM writes (operator-lifecycle-manager#1589,

@@ -174,8 +174,9 @@ mod tests {
 
     #[test]
     fn the_real_rhoai_csv_names_its_package_by_name_and_version() {
-        let text = include_str!("../../tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml");
-        let csv = crate::yaml::parse_stream(text).unwrap().remove(0).value;
+        let text =
+            crate::testing::fixture("tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml");
+        let csv = crate::yaml::parse_stream(&text).unwrap().remove(0).value;
         assert_eq!(csv.pointer("/spec/replaces"), None);
         assert_eq!(package(&csv).as_deref(), Some("rhods-operator"));
     }
