@@ -478,7 +478,11 @@ fn allowlists(
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(loaded)
     };
-    let before: Vec<Source> = installed.iter().chain(extra).cloned().collect();
+    // --allowlist-csv may name the plan's namespace too: each CSV once.
+    let more = extra
+        .iter()
+        .filter(|s| !installed.iter().any(|i| i.name == s.name));
+    let before: Vec<Source> = installed.iter().chain(more).cloned().collect();
     let gone = |s: &Source| {
         matches!((&s.kind, replaced), (allowlist::SourceKind::InstalledCsv { name, namespace }, Some((r, _)))
             if name == r && *namespace == plan.namespace)
