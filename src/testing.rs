@@ -1,7 +1,7 @@
 //! Shared by the unit tests, the integration tests and the benches: the
 //! incident's digests and a one-entry allowlist. Not part of the API.
 
-use crate::allowlist::{Allowlist, load_text};
+use crate::allowlist::{Allowlist, Origin, load_text};
 
 /// RHODS 1.21's promoted OpenVINO runtime digest.
 pub const GOOD: &str = "sha256:8af20e48bb480a7ba1ee1268a3cf0a507e05b256c5fcf988f8e4a3de8b87edc6";
@@ -22,4 +22,19 @@ pub fn incident_allowlist() -> Allowlist {
 pub fn fixture(path: &str) -> String {
     let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"))
+}
+
+/// A made-up digest of one repeated hex character, `sha256:aaaa…`, for
+/// tests of the allowlist's model and rules.
+pub fn digest(c: char) -> String {
+    format!("sha256:{}", c.to_string().repeat(64))
+}
+
+/// Where a test's entry comes from: source 0, `a.yaml`, line `line`.
+pub fn origin(line: usize) -> Origin {
+    Origin {
+        provenance: 0,
+        file: "a.yaml".into(),
+        line,
+    }
 }

@@ -50,18 +50,7 @@ pub use load::{
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn d(c: char) -> String {
-        format!("sha256:{}", c.to_string().repeat(64))
-    }
-
-    fn origin(line: usize) -> Origin {
-        Origin {
-            provenance: 0,
-            file: "a.yaml".into(),
-            line,
-        }
-    }
+    use crate::testing::{digest as d, origin};
 
     #[test]
     fn tags_resolve() {

@@ -143,18 +143,7 @@ pub(super) fn unpullable<'p>(published: &'p Published, repository: &str, to: &st
 mod tests {
     use super::*;
     use crate::allowlist::{Builder, Origin};
-
-    fn d(c: char) -> String {
-        format!("sha256:{}", c.to_string().repeat(64))
-    }
-
-    fn origin(line: usize) -> Origin {
-        Origin {
-            provenance: 0,
-            file: "a.yaml".into(),
-            line,
-        }
-    }
+    use crate::testing::{digest as d, origin};
 
     #[test]
     fn rewrite_to_decides_between_two_digests() {
