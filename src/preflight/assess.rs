@@ -146,7 +146,10 @@ mod tests {
         let target = |digests: &[&str]| crate::preflight::TargetOutcome {
             csv: "rhods-operator.1.21.0".into(),
             package: Some("rhods-operator".into()),
-            replaced: None,
+            replaced: Some((
+                "rhods-operator.1.20.1".into(),
+                crate::preflight::replaced::Why::Step,
+            )),
             changes: Vec::new(),
             head: None,
             concerned: concerned(
@@ -169,6 +172,11 @@ mod tests {
         };
         let verdict = |digests: &[&str]| render::verdict(&target(digests));
         assert_eq!(verdict(&[NEW]), "safe to approve");
+        let fresh = crate::preflight::TargetOutcome {
+            replaced: None,
+            ..target(&[])
+        };
+        assert!(render::verdict(&fresh).starts_with("safe to approve: a fresh install replaces nothing"));
         assert_eq!(render::exit_code(&run(&[NEW], &[])), 0);
         assert_eq!(
             verdict(&[NEW, INCIDENT]),

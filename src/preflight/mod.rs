@@ -158,6 +158,10 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
                 continue;
             };
             match prepare(inputs, &context, &extra, &plan, target, &csv) {
+                // A fresh install only adds to what is promoted: no object
+                // the cluster runs changes its verdict, only the change
+                // list applies.
+                Ok((outcome, ..)) if outcome.replaced.is_none() => found.plans[at].targets.push(outcome),
                 Ok((outcome, before, after)) => judgeable.push(Judgeable {
                     plan: at,
                     outcome,

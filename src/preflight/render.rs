@@ -45,6 +45,10 @@ pub fn verdict(t: &TargetOutcome) -> String {
         count(t, UpgradeChange::AlreadyStale),
     );
     match (stale, already) {
+        (0, 0) if t.replaced.is_none() => {
+            "safe to approve: a fresh install replaces nothing, so nothing the cluster runs changes its verdict"
+                .to_owned()
+        }
         (0, 0) => "safe to approve".to_owned(),
         (0, n) => format!(
             "the upgrade breaks nothing; {n} object{} already stale",

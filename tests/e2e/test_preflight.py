@@ -305,12 +305,13 @@ def test_one_plan_carrying_two_operators_judges_each(incident):
                                "--allowlist-csv", OPERATORS)
     doc = json.loads(out)
     assert [u["to"] for u in doc["upgrade"]] == [NEW, "other-operator.v2.0.0"], out + err
-    # A fresh install of each: nothing replaced, so 1.20.1's digest stays
-    # promoted and only the incident's ConfigMap is stale, before and after.
+    # A fresh install of each: nothing replaced, so nothing the cluster
+    # runs changes its verdict; only what each adds is listed.
     assert [u["from"] for u in doc["upgrade"]] == [[], []], out
-    assert {(r["target"].split("/")[-1], r["kind"], r["change"]) for r in doc["results"]} == {
-        (NEW, "ConfigMap", "already_stale"), ("other-operator.v2.0.0", "ConfigMap", "already_stale")}, out
-    assert code == 1, out
+    assert doc["results"] == [] and doc["summary"]["objects"] == 0, out
+    assert all(u["verdict"].startswith("safe to approve: a fresh install") for u in doc["upgrade"]), out
+    assert "quay.io/modh/text-generation-inference" in doc["upgrade"][0]["added"], out
+    assert code == 0, out
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
