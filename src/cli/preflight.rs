@@ -10,6 +10,7 @@ use crate::preflight::{self, Plans, render};
 
 /// `digest-gate preflight`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["installplan", "all_pending", "csv", "bundle"])))]
 pub struct PreflightArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -20,9 +21,7 @@ pub struct PreflightArgs {
         long,
         env = "DIGEST_GATE_INSTALLPLAN",
         value_name = "NAMESPACE/NAME",
-        value_parser = parse_plan,
-        required_unless_present = "all_pending",
-        conflicts_with = "all_pending"
+        value_parser = parse_plan
     )]
     pub installplan: Option<(String, String)>,
     /// Judge every InstallPlan that waits for an approval.
@@ -38,6 +37,15 @@ pub struct PreflightArgs {
         requires = "all_pending"
     )]
     pub plan_namespaces: Vec<String>,
+    /// Judge this ClusterServiceVersion as the target, before any plan
+    /// exists: what it replaces is the installed CSV of its package's
+    /// Subscription (any namespace).
+    #[arg(long, env = "DIGEST_GATE_CSV", value_name = "FILE")]
+    pub csv: Option<std::path::PathBuf>,
+    /// Judge this registry+v1 bundle (its manifests/*.clusterserviceversion.yaml)
+    /// as the target, as --csv does.
+    #[arg(long, env = "DIGEST_GATE_BUNDLE", value_name = "DIR")]
+    pub bundle: Option<std::path::PathBuf>,
     /// Read the objects of this namespace only (repeatable; default: every
     /// namespace, as the incident's ConfigMap is not in the operator's).
     #[arg(
@@ -87,12 +95,20 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         return 2;
     };
     let policy = args.policy.policy();
-    let plans = match &args.installplan {
-        Some((namespace, name)) => Plans::Named {
+    let plans = match (&args.installplan, &args.csv, &args.bundle) {
+        (Some((namespace, name)), ..) => Plans::Named {
             namespace: namespace.clone(),
             name: name.clone(),
         },
-        None => Plans::AllPending {
+        (_, Some(path), _) => Plans::File {
+            path: path.clone(),
+            bundle: false,
+        },
+        (_, _, Some(path)) => Plans::File {
+            path: path.clone(),
+            bundle: true,
+        },
+        _ => Plans::AllPending {
             namespaces: args.plan_namespaces.clone(),
         },
     };

@@ -160,6 +160,7 @@ mod tests {
         };
         let run = |digests: &[&str], errors: &[&str]| crate::preflight::Preflight {
             plans: vec![crate::preflight::PlanOutcome {
+                label: "InstallPlan ops/install-x".into(),
                 namespace: "ops".into(),
                 name: "install-x".into(),
                 created: None,
@@ -195,6 +196,7 @@ mod tests {
         let policy = Policy::default();
         let found = crate::preflight::Preflight {
             plans: vec![crate::preflight::PlanOutcome {
+                label: "InstallPlan ops/install-x".into(),
                 namespace: "ops".into(),
                 name: "install-x".into(),
                 created: Some("2026-12-07T10:00:00Z".into()),

@@ -61,6 +61,15 @@ pub async fn subscriptions(connection: &Connection, namespace: &str) -> Result<V
     .await
 }
 
+/// The Subscriptions of every namespace: where a package is subscribed.
+pub async fn subscriptions_everywhere(connection: &Connection) -> Result<Vec<Value>, RequestFailure> {
+    let api: Api<DynamicObject> = Api::all_with(
+        connection.client.clone(),
+        &resource("Subscription", "subscriptions"),
+    );
+    list(connection, &api, "list Subscriptions in every namespace").await
+}
+
 /// The bundle ConfigMap `namespace/name` a step refers to.
 pub async fn bundle(
     connection: &Connection,

@@ -2,8 +2,9 @@
 //! approved. Read bottom-up: `plan` (an InstallPlan: whether it waits for an
 //! approval, and the CSVs approving it would install), `bundle` (the CSV in
 //! the ConfigMap OLM unpacked a bundle into), `replaced` (which installed
-//! release each target replaces), `changes` (what the upgrade changes, per
-//! repository), `cluster` (the reads besides the audit's), `assess` (each
+//! release each target replaces), `files` (a CSV or a bundle directory as
+//! the target, before any plan exists), `changes` (what the upgrade
+//! changes, per repository), `cluster` (the reads besides the audit's), `assess` (each
 //! object before and after), `render` (the report, its exit code); `mod.rs`
 //! puts them together: the cluster is read once, every object judged by the
 //! allowlist in force and by the one each target would leave.
@@ -12,6 +13,7 @@ pub mod assess;
 pub mod bundle;
 pub mod changes;
 pub mod cluster;
+pub mod files;
 pub mod plan;
 pub mod render;
 pub mod replaced;
@@ -36,6 +38,9 @@ pub enum Plans {
     Named { namespace: String, name: String },
     /// `--all-pending`, in these namespaces (none: every namespace).
     AllPending { namespaces: Vec<String> },
+    /// `--csv FILE` or `--bundle DIR`: the release a vendor ships, judged
+    /// as if a plan installed it where its package's Subscription is.
+    File { path: std::path::PathBuf, bundle: bool },
 }
 
 /// What a run is given.
@@ -56,6 +61,9 @@ pub struct Inputs<'a> {
 /// One plan, and what became of it.
 #[derive(Debug, Clone)]
 pub struct PlanOutcome {
+    /// What it is, as reports name it: `InstallPlan ns/name`, `CSV file
+    /// F`, `bundle D`.
+    pub label: String,
     pub namespace: String,
     pub name: String,
     pub created: Option<String>,
@@ -129,7 +137,14 @@ struct Judgeable {
 /// by the allowlist in force and by the one each pending target leaves.
 pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     let mut found = Preflight::default();
-    let plans = read_plans(connection, &inputs.plans, &mut found).await;
+    let plans = match &inputs.plans {
+        Plans::File { path, bundle } => file_plan(connection, path, *bundle, &mut found).await,
+        plans => read_plans(connection, plans, &mut found)
+            .await
+            .into_iter()
+            .map(|p| (format!("InstallPlan {}", p.at()), p))
+            .collect(),
+    };
     let mut extra = Vec::new();
     for csvs in inputs.csvs {
         match audit::installed::read(connection, csvs).await {
@@ -139,20 +154,26 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     }
     let mut judgeable = Vec::new();
     let mut namespaces = Namespaces::default();
-    for plan in plans {
+    for (label, plan) in plans {
         let at = found.plans.len();
         found.plans.push(PlanOutcome {
+            label,
             namespace: plan.namespace.clone(),
             name: plan.name.clone(),
             created: plan.created.clone(),
             passed_over: None,
             targets: Vec::new(),
         });
-        if let Some(why) = superseded(connection, &plan, &mut namespaces, &mut found).await {
+        let file = matches!(inputs.plans, Plans::File { .. });
+        if !file && let Some(why) = superseded(connection, &plan, &mut namespaces, &mut found).await {
             found.plans[at].passed_over = Some(why);
             continue;
         }
-        let context = namespaces.get(connection, &plan.namespace, &mut found).await;
+        // A file target of a package nobody subscribed to has no namespace.
+        let context = match plan.namespace.as_str() {
+            "" => Namespace::default(),
+            ns => namespaces.get(connection, ns, &mut found).await,
+        };
         for target in &plan.targets {
             let Some(csv) = target_csv(connection, &plan, target, &mut found).await else {
                 continue;
@@ -222,6 +243,7 @@ fn ended(plans: &Plans, found: &mut Preflight) {
             namespaces.join(", ")
         ),
         Plans::Named { namespace, name } => format!("InstallPlan {namespace}/{name} was not judged"),
+        Plans::File { path, .. } => format!("{} was not judged", path.display()),
     };
     found.errors.push(format!("{none}: nothing was judged"));
 }
@@ -262,6 +284,71 @@ async fn judge_all(
     }
 }
 
+/// A CSV file or a bundle directory as the one target of a plan made up
+/// where the package's Subscription is (any namespace): its
+/// `status.installedCSV` is what the target replaces, and its namespace's
+/// installed CSVs are the allowlist in force. No Subscription of the
+/// package: a fresh install.
+async fn file_plan(
+    connection: &Connection,
+    path: &std::path::Path,
+    bundle: bool,
+    found: &mut Preflight,
+) -> Vec<(String, Plan)> {
+    let read = if bundle {
+        files::bundle_dir(path)
+    } else {
+        files::csv_file(path)
+    };
+    let csv = match read {
+        Ok(csv) => csv,
+        Err(e) => {
+            found.errors.push(e.to_string());
+            return Vec::new();
+        }
+    };
+    let label = format!(
+        "{} {}",
+        if bundle { "bundle" } else { "CSV file" },
+        path.display()
+    );
+    let package = replaced::package(&csv);
+    let subscription = match (&package, cluster::subscriptions_everywhere(connection).await) {
+        (Some(package), Ok(all)) => all
+            .into_iter()
+            .find(|s| s.pointer("/spec/name").and_then(Value::as_str) == Some(package.as_str())),
+        (None, _) => None,
+        (_, Err(e)) => {
+            found.errors.push(e.message().to_owned());
+            return Vec::new();
+        }
+    };
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let plan = Plan {
+        namespace: subscription
+            .as_ref()
+            .map(|s| text(s, "/metadata/namespace"))
+            .unwrap_or_default(),
+        name: String::new(),
+        created: None,
+        state: State::Pending,
+        owners: subscription.iter().map(|s| text(s, "/metadata/name")).collect(),
+        targets: vec![plan::Target {
+            csv: text(&csv, "/metadata/name"),
+            package,
+            replaces: None,
+            bundle: None,
+            manifest: Manifest::Inline(Box::new(csv)),
+        }],
+    };
+    vec![(label, plan)]
+}
+
 /// A count of the objects read on standard error, drawn only when it is a
 /// terminal, as `allowlist verify` draws its bar.
 fn progress(quiet: bool) -> indicatif::ProgressBar {
@@ -300,6 +387,7 @@ async fn read_plans(connection: &Connection, plans: &Plans, found: &mut Prefligh
                 }
             }
         }
+        Plans::File { .. } => {}
     }
     let named = matches!(plans, Plans::Named { .. });
     let mut out = Vec::new();

@@ -98,7 +98,7 @@ pub fn text(found: &Preflight, now: SystemTime) -> String {
 }
 
 fn plan_text(plan: &PlanOutcome, now: SystemTime, out: &mut String) {
-    let _ = write!(out, "InstallPlan {}/{}", plan.namespace, plan.name);
+    out.push_str(&plan.label);
     if let Some(age) = age(plan.created.as_deref(), now) {
         let _ = write!(out, " (waiting {age})");
     }
@@ -198,7 +198,7 @@ pub fn sarif(found: &Preflight) -> String {
             p.targets.iter().flat_map(move |t| {
                 t.concerned
                     .iter()
-                    .map(move |c| (format!("{}/{}/{}", p.namespace, p.name, t.csv), &c.report))
+                    .map(move |c| (format!("{}: {}", p.label, t.csv), &c.report))
             })
         })
         .collect();
@@ -292,7 +292,11 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
         notes: &found.notes,
     };
     for plan in &found.plans {
-        let at = format!("{}/{}", plan.namespace, plan.name);
+        // A plan by its namespace/name; a file target by its path.
+        let at = match plan.name.as_str() {
+            "" => plan.label.clone(),
+            name => format!("{}/{name}", plan.namespace),
+        };
         if let Some(why) = &plan.passed_over {
             doc.passed_over.push(PassedOver {
                 plan: at.clone(),

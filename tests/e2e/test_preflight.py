@@ -314,6 +314,33 @@ def test_one_plan_carrying_two_operators_judges_each(incident):
     assert code == 0, out
 
 
+def test_a_csv_file_and_a_bundle_are_judged_before_any_plan_exists(incident, tmp_path):
+    """What a vendor ships, before OLM resolves a plan: the package's
+    Subscription (in any namespace) says what is installed."""
+    file = CSVS / "rhods-operator.csv.yaml"
+    code, out, err = preflight(incident, "--csv", str(file))
+    assert code == 1, out + err
+    assert out.startswith(f"CSV file {file}\n"), out
+    assert f"{NEW} (package rhods-operator) replaces {OLD} (the Subscription's installed CSV)" in out, out
+    bundle = tmp_path / "bundle"
+    (bundle / "manifests").mkdir(parents=True)
+    (bundle / "metadata").mkdir()
+    (bundle / "manifests" / "rhods-operator.clusterserviceversion.yaml").write_text(file.read_text())
+    (bundle / "metadata" / "annotations.yaml").write_text(
+        "annotations:\n  operators.operatorframework.io.bundle.package.v1: rhods-operator\n")
+
+    def judged(*target: str) -> tuple:
+        doc = json.loads(preflight(incident, *target, "-o", "json")[1])
+        (upgrade,) = doc["upgrade"]
+        return ({k: v for k, v in upgrade.items() if k not in ("plan", "age", "replacedBecause")}, doc["summary"],
+                sorted((r["kind"], r["name"], r["change"]) for r in doc["results"]))
+
+    from_plan = judged("--installplan", f"{OPERATORS}/install-gzip")
+    assert judged("--bundle", str(bundle)) == judged("--csv", str(file)) == from_plan
+    code, out, _ = preflight(incident, "--bundle", str(tmp_path))
+    assert code == 2 and "a registry+v1 bundle keeps its CSV in manifests/" in out, out
+
+
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
     for kind, name in (("servingruntime", "ovms"), ("deployment", "modelmesh-serving-ovms")):
         o = incident.get(kind, name, MODELS)

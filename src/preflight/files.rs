@@ -1,0 +1,152 @@
+//! Targets read from files, before any plan exists: a ClusterServiceVersion
+//! (`--csv FILE`) or a registry+v1 bundle directory (`--bundle DIR`, its CSV
+//! in `manifests/*.clusterserviceversion.yaml`), as a vendor ships it.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+/// A target file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    #[error("{path}: {why}")]
+    Read { path: String, why: String },
+    #[error("{path}: {why}")]
+    Shape { path: String, why: String },
+}
+
+/// The ClusterServiceVersion in `path`: its one document of that kind.
+pub fn csv_file(path: &Path) -> Result<Value, FileError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| FileError::Read {
+        path: shown.clone(),
+        why: e.to_string(),
+    })?;
+    let shape = |why: String| FileError::Shape {
+        path: shown.clone(),
+        why,
+    };
+    let documents = crate::yaml::parse_stream(&text).map_err(|e| shape(e.to_string()))?;
+    let mut csvs = documents
+        .into_iter()
+        .map(|d| d.value)
+        .filter(|v| v.get("kind").and_then(Value::as_str) == Some("ClusterServiceVersion"));
+    match (csvs.next(), csvs.next()) {
+        (Some(csv), None) if csv.pointer("/metadata/name").and_then(Value::as_str).is_some() => Ok(csv),
+        (Some(_), None) => Err(shape("the ClusterServiceVersion has no metadata.name".into())),
+        (None, _) => Err(shape("holds no ClusterServiceVersion".into())),
+        (Some(_), Some(_)) => Err(shape(
+            "holds more than one ClusterServiceVersion: name one file".into(),
+        )),
+    }
+}
+
+/// The ClusterServiceVersion of the bundle in `dir`: the one
+/// `manifests/*.clusterserviceversion.yaml` (or `.yml`).
+pub fn bundle_dir(dir: &Path) -> Result<Value, FileError> {
+    let manifests = dir.join("manifests");
+    let shown = manifests.display().to_string();
+    let entries = std::fs::read_dir(&manifests).map_err(|e| FileError::Read {
+        path: shown.clone(),
+        why: format!("{e} (a registry+v1 bundle keeps its CSV in manifests/)"),
+    })?;
+    let mut found: Vec<std::path::PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.ends_with(".clusterserviceversion.yaml") || n.ends_with(".clusterserviceversion.yml")
+            })
+        })
+        .collect();
+    found.sort();
+    match found.as_slice() {
+        [one] => csv_file(one),
+        [] => Err(FileError::Shape {
+            path: shown,
+            why: "holds no *.clusterserviceversion.yaml".into(),
+        }),
+        more => Err(FileError::Shape {
+            path: shown,
+            why: format!("holds {} CSVs; a bundle has one", more.len()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CSV: &str = "tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml";
+
+    /// A scratch directory, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn bundle(csvs: &[&str]) -> Scratch {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            Scratch(std::env::temp_dir().join(format!("digest-gate-bundle-{}-{n}", std::process::id())));
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        std::fs::create_dir_all(dir.path().join("metadata")).unwrap();
+        std::fs::write(dir.path().join("metadata/annotations.yaml"), "annotations: {}\n").unwrap();
+        for name in csvs {
+            std::fs::write(
+                dir.path().join("manifests").join(name),
+                crate::testing::fixture(CSV),
+            )
+            .unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn the_real_rhoai_csv_is_a_target_as_a_file_and_in_a_bundle() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(CSV);
+        let csv = csv_file(&path).unwrap();
+        assert_eq!(csv["metadata"]["name"], "rhods-operator.3.3.5");
+        let dir = bundle(&["rhods-operator.clusterserviceversion.yaml"]);
+        assert_eq!(bundle_dir(dir.path()).unwrap(), csv);
+    }
+
+    #[test]
+    fn a_bundle_with_no_csv_or_two_and_a_file_without_one_are_errors() {
+        let err = bundle_dir(bundle(&[]).path()).unwrap_err().to_string();
+        assert!(
+            err.ends_with("manifests: holds no *.clusterserviceversion.yaml"),
+            "{err}"
+        );
+        let two = bundle(&["a.clusterserviceversion.yaml", "b.clusterserviceversion.yaml"]);
+        assert!(
+            bundle_dir(two.path())
+                .unwrap_err()
+                .to_string()
+                .ends_with("holds 2 CSVs; a bundle has one")
+        );
+        let missing = bundle_dir(Path::new("/nonexistent")).unwrap_err().to_string();
+        assert!(
+            missing.contains("a registry+v1 bundle keeps its CSV in manifests/"),
+            "{missing}"
+        );
+        let dir = bundle(&[]);
+        let plain = dir.path().join("metadata/annotations.yaml");
+        assert!(
+            csv_file(&plain)
+                .unwrap_err()
+                .to_string()
+                .ends_with("holds no ClusterServiceVersion")
+        );
+    }
+}
