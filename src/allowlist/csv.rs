@@ -31,39 +31,68 @@ pub(super) fn read(out: &mut Entries<'_>, ctx: &Ctx<'_>, csv: &Value, ptr: &str)
         replaces: text("/spec/replaces").map(str::to_owned),
         rank: None,
     });
-    let mut entries = out.promote_list(ctx, csv, ptr, "/spec/relatedImages", "image", provenance);
-    if let Some(Value::Array(deployments)) = csv.pointer("/spec/install/spec/deployments") {
-        for (d, deployment) in deployments.iter().enumerate() {
-            for list in ["containers", "initContainers"] {
-                let Some(Value::Array(containers)) =
-                    deployment.pointer(&format!("/spec/template/spec/{list}"))
-                else {
-                    continue;
-                };
-                for (c, container) in containers.iter().enumerate() {
-                    let Some(Value::Array(env)) = container.get("env") else {
+    let mut entries = 0;
+    for related in related_images(csv) {
+        let p = format!("{ptr}{}", related.pointer);
+        if let Some(image) = out.string(ctx, related.value, &p) {
+            entries += out.promote_image(ctx, image, &p, provenance);
+        }
+    }
+    entries
+}
+
+/// One image a CSV lists: where it stands (a JSON pointer into the CSV),
+/// its value as written, and what the CSV calls it.
+pub struct Related<'v> {
+    pub pointer: String,
+    pub value: Option<&'v Value>,
+    /// The `relatedImages` entry's `name`, or the `RELATED_IMAGE_*` variable.
+    pub called: Option<&'v str>,
+}
+
+/// The images a CSV lists, in order: `spec.relatedImages[].image`, then the
+/// `RELATED_IMAGE_*` env values of its deployments' containers and init
+/// containers. What the allowlist promotes, and what `preflight` names.
+pub fn related_images(csv: &Value) -> Vec<Related<'_>> {
+    let mut out: Vec<Related<'_>> = items(csv, "/spec/relatedImages")
+        .into_iter()
+        .map(|(i, item)| Related {
+            pointer: format!("/spec/relatedImages/{i}/image"),
+            value: item.get("image"),
+            called: item.get("name").and_then(Value::as_str),
+        })
+        .collect();
+    for (d, deployment) in items(csv, "/spec/install/spec/deployments") {
+        for list in ["containers", "initContainers"] {
+            for (c, container) in items(deployment, &format!("/spec/template/spec/{list}")) {
+                for (e, var) in items(container, "/env") {
+                    let Some(called) = var
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| n.starts_with("RELATED_IMAGE_"))
+                    else {
                         continue;
                     };
-                    for (e, var) in env.iter().enumerate() {
-                        let related = var
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .is_some_and(|n| n.starts_with("RELATED_IMAGE_"));
-                        if !related {
-                            continue;
-                        }
-                        let p = format!(
-                            "{ptr}/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
-                        );
-                        if let Some(image) = out.string(ctx, var.get("value"), &p) {
-                            entries += out.promote_image(ctx, image, &p, provenance);
-                        }
-                    }
+                    out.push(Related {
+                        pointer: format!(
+                            "/spec/install/spec/deployments/{d}/spec/template/spec/{list}/{c}/env/{e}/value"
+                        ),
+                        value: var.get("value"),
+                        called: Some(called),
+                    });
                 }
             }
         }
     }
-    entries
+    out
+}
+
+/// The items of the array at `pointer` in `v`, with their indexes.
+fn items<'v>(v: &'v Value, pointer: &str) -> Vec<(usize, &'v Value)> {
+    v.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().enumerate().collect())
+        .unwrap_or_default()
 }
 
 /// The operator a CSV named `name` is a release of: the name without its

@@ -28,7 +28,7 @@ mod rows;
 
 pub use builder::{Builder, Conflict};
 pub use candidates::Candidates;
-pub use csv::package_of;
+pub use csv::{Related, package_of, related_images};
 pub use model::{ALLOW_CONTACTING_SOURCE, Allowlist, MirrorRule, NEVER_CONTACT_SOURCE};
 pub use provenance::{Origin, Promotion, Provenance};
 use rows::*;

@@ -13,8 +13,9 @@ use crate::policy::Verdict;
 use crate::report::ObjectReport;
 
 /// One object judged by the run's rules and by each of the further rules a
-/// comparison asks for, in their order. Kept only where some judgement has
-/// a finding: what complies under every allowlist is counted, not held.
+/// comparison asks for, in their order (an audit's has none). Kept in
+/// [`Audit::compared`] only where some judgement has a finding: what
+/// complies under every allowlist is counted, not held.
 #[derive(Debug, Clone)]
 pub struct Compared {
     pub report: ObjectReport,
@@ -32,16 +33,10 @@ pub(super) struct Judging<'a, 'w> {
     pub(super) owners: owners::Index,
     /// Reports waiting for an owner of a kind still to be read, with the
     /// uid of their controller.
-    pub(super) pending: Vec<(Judged, String)>,
+    pub(super) pending: Vec<(Compared, String)>,
     pub(super) out: Option<&'a mut Writer<'w>>,
     /// Objects read so far, on a terminal (hidden otherwise).
     pub(super) progress: &'a indicatif::ProgressBar,
-}
-
-/// An object's report, and its further judgements.
-pub(super) struct Judged {
-    report: ObjectReport,
-    also: Vec<ObjectReport>,
 }
 
 impl Judging<'_, '_> {
@@ -80,7 +75,7 @@ impl Judging<'_, '_> {
                 ObjectReport::new(self.source.clone(), object, &j, rules.allowlist, |_| None)
             })
             .collect();
-        let mut judged = Judged { report, also };
+        let mut judged = Compared { report, also };
         let Some(uid) = owners::controller_uid(object) else {
             return self.take(audit, judged);
         };
@@ -94,8 +89,8 @@ impl Judging<'_, '_> {
     }
 
     /// Counts, gathers and writes out one object's report.
-    fn take(&mut self, audit: &mut Audit, judged: Judged) {
-        let Judged { report, mut also } = judged;
+    fn take(&mut self, audit: &mut Audit, judged: Compared) {
+        let Compared { report, mut also } = judged;
         if let Some(gathered) = &mut audit.gathered {
             gathered.add(&report);
         }

@@ -18,35 +18,39 @@ pub struct Concerned {
 /// rule set `before` and after by `after` (indexes into each object's
 /// judgements: the run's own first, then [`Compared::also`]).
 pub fn concerned(compared: &[Compared], before: usize, after: usize) -> Vec<Concerned> {
-    let judgement = |c: &'_ Compared, i: usize| -> ObjectReport {
-        if i == 0 {
-            c.report.clone()
-        } else {
-            c.also[i - 1].clone()
-        }
-    };
     let mut out = Vec::new();
     for c in compared {
-        let (was, mut will) = (judgement(c, before), judgement(c, after));
-        let change = match (finding(&was).is_some(), finding(&will).is_some()) {
-            (false, true) => UpgradeChange::StaleAfterUpgrade,
-            (true, true) => UpgradeChange::AlreadyStale,
-            (true, false) => UpgradeChange::FixedByUpgrade,
-            (false, false) => continue,
+        // Only what the webhook does after the upgrade is reported: that
+        // judgement alone is copied.
+        let (was, mut will) = (judgement_of(c, before), judgement_of(c, after).clone());
+        let Some(change) = change_of(finding(was).is_some(), finding(&will).is_some()) else {
+            continue;
         };
         // The walk is the same, so the images are in the same order.
         for (image, old) in will.images.iter_mut().zip(&was.images) {
-            image.change = match (needs_action(old), needs_action(image)) {
-                (false, true) => Some(UpgradeChange::StaleAfterUpgrade),
-                (true, true) => Some(UpgradeChange::AlreadyStale),
-                (true, false) => Some(UpgradeChange::FixedByUpgrade),
-                (false, false) => None,
-            };
+            image.change = change_of(needs_action(old), needs_action(image));
         }
         out.push(Concerned { change, report: will });
     }
     out.sort_by_key(|c| c.change);
     out
+}
+
+/// What the upgrade does to an object or an image, by whether it needs
+/// action before (`was`) and after (`will`); `None`: it complies both times.
+fn change_of(was: bool, will: bool) -> Option<UpgradeChange> {
+    match (was, will) {
+        (false, true) => Some(UpgradeChange::StaleAfterUpgrade),
+        (true, true) => Some(UpgradeChange::AlreadyStale),
+        (true, false) => Some(UpgradeChange::FixedByUpgrade),
+        (false, false) => None,
+    }
+}
+
+/// An object's judgement by rule set `i`: the run's own first, then
+/// [`Compared::also`].
+fn judgement_of(c: &Compared, i: usize) -> &ObjectReport {
+    if i == 0 { &c.report } else { &c.also[i - 1] }
 }
 
 /// Whether the webhook would change or refuse the image (in audit mode:
@@ -161,8 +165,7 @@ mod tests {
         let run = |digests: &[&str], errors: &[&str]| crate::preflight::Preflight {
             plans: vec![crate::preflight::PlanOutcome {
                 label: "InstallPlan ops/install-x".into(),
-                namespace: "ops".into(),
-                name: "install-x".into(),
+                id: "ops/install-x".into(),
                 created: None,
                 passed_over: None,
                 targets: vec![target(digests)],
@@ -197,8 +200,7 @@ mod tests {
         let found = crate::preflight::Preflight {
             plans: vec![crate::preflight::PlanOutcome {
                 label: "InstallPlan ops/install-x".into(),
-                namespace: "ops".into(),
-                name: "install-x".into(),
+                id: "ops/install-x".into(),
                 created: Some("2026-12-07T10:00:00Z".into()),
                 passed_over: None,
                 targets: vec![crate::preflight::TargetOutcome {

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::plan::array as list;
 use crate::allowlist::Allowlist;
 use crate::reference;
 
@@ -73,33 +72,15 @@ pub fn between(replaced: Option<(&Allowlist, &Value)>, target: (&Allowlist, &Val
 /// else the `RELATED_IMAGE_*` variable of its deployments that holds it.
 fn related_names(csv: &Value) -> BTreeMap<String, String> {
     let mut names = BTreeMap::new();
-    let mut name = |image: Option<&Value>, called: Option<&Value>| {
-        let (Some(image), Some(called)) = (image.and_then(Value::as_str), called.and_then(Value::as_str))
-        else {
-            return;
+    for related in crate::allowlist::related_images(csv) {
+        let (Some(image), Some(called)) = (related.value.and_then(Value::as_str), related.called) else {
+            continue;
         };
-        let Some(repository) = reference::parse(image)
+        let repository = reference::parse(image)
             .ok()
-            .and_then(|r| r.canonical_repository(None).map(|c| c.into_owned()))
-        else {
-            return;
-        };
-        names.entry(repository).or_insert_with(|| called.to_owned());
-    };
-    for item in list(csv, "/spec/relatedImages") {
-        name(item.get("image"), item.get("name"));
-    }
-    for deployment in list(csv, "/spec/install/spec/deployments") {
-        for container in ["containers", "initContainers"]
-            .iter()
-            .flat_map(|c| list(deployment, &format!("/spec/template/spec/{c}")))
-        {
-            for env in list(container, "/env") {
-                let called = env
-                    .get("name")
-                    .filter(|n| n.as_str().is_some_and(|n| n.starts_with("RELATED_IMAGE_")));
-                name(env.get("value"), called);
-            }
+            .and_then(|r| r.canonical_repository(None).map(|c| c.into_owned()));
+        if let Some(repository) = repository {
+            names.entry(repository).or_insert_with(|| called.to_owned());
         }
     }
     names

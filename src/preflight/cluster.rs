@@ -32,42 +32,38 @@ pub async fn plan(connection: &Connection, namespace: &str, name: &str) -> Resul
 
 /// Every InstallPlan in `namespace` (every namespace: `None`).
 pub async fn plans(connection: &Connection, namespace: Option<&str>) -> Result<Vec<Value>, RequestFailure> {
-    let resource = resource("InstallPlan", "installplans");
+    listed(connection, ("InstallPlan", "installplans"), namespace).await
+}
+
+/// The Subscriptions of `namespace` (every namespace: `None`, to find where
+/// a package is subscribed).
+pub async fn subscriptions(
+    connection: &Connection,
+    namespace: Option<&str>,
+) -> Result<Vec<Value>, RequestFailure> {
+    listed(connection, ("Subscription", "subscriptions"), namespace).await
+}
+
+/// Every object of OLM's `(kind, plural)` in `namespace`, or in every
+/// namespace.
+async fn listed(
+    connection: &Connection,
+    (kind, plural): (&str, &str),
+    namespace: Option<&str>,
+) -> Result<Vec<Value>, RequestFailure> {
+    let resource = resource(kind, plural);
+    let client = connection.client.clone();
     let (api, doing): (Api<DynamicObject>, String) = match namespace {
         Some(ns) => (
-            Api::namespaced_with(connection.client.clone(), ns, &resource),
-            format!("list InstallPlans in namespace \"{ns}\""),
+            Api::namespaced_with(client, ns, &resource),
+            format!("list {kind}s in namespace \"{ns}\""),
         ),
         None => (
-            Api::all_with(connection.client.clone(), &resource),
-            "list InstallPlans in every namespace".to_owned(),
+            Api::all_with(client, &resource),
+            format!("list {kind}s in every namespace"),
         ),
     };
     list(connection, &api, &doing).await
-}
-
-/// The Subscriptions of `namespace`.
-pub async fn subscriptions(connection: &Connection, namespace: &str) -> Result<Vec<Value>, RequestFailure> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        connection.client.clone(),
-        namespace,
-        &resource("Subscription", "subscriptions"),
-    );
-    list(
-        connection,
-        &api,
-        &format!("list Subscriptions in namespace \"{namespace}\""),
-    )
-    .await
-}
-
-/// The Subscriptions of every namespace: where a package is subscribed.
-pub async fn subscriptions_everywhere(connection: &Connection) -> Result<Vec<Value>, RequestFailure> {
-    let api: Api<DynamicObject> = Api::all_with(
-        connection.client.clone(),
-        &resource("Subscription", "subscriptions"),
-    );
-    list(connection, &api, "list Subscriptions in every namespace").await
 }
 
 /// The bundle ConfigMap `namespace/name` a step refers to.

@@ -64,8 +64,8 @@ pub struct PlanOutcome {
     /// What it is, as reports name it: `InstallPlan ns/name`, `CSV file
     /// F`, `bundle D`.
     pub label: String,
-    pub namespace: String,
-    pub name: String,
+    /// How JSON names it: the plan's `namespace/name`, or the file's path.
+    pub id: String,
     pub created: Option<String>,
     /// Why it was not judged; `None`: its targets were.
     pub passed_over: Option<String>,
@@ -142,7 +142,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
         plans => read_plans(connection, plans, &mut found)
             .await
             .into_iter()
-            .map(|p| (format!("InstallPlan {}", p.at()), p))
+            .map(|p| (format!("InstallPlan {}", p.at()), p.at(), p))
             .collect(),
     };
     let mut extra = Vec::new();
@@ -154,31 +154,32 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     }
     let mut judgeable = Vec::new();
     let mut namespaces = Namespaces::default();
-    for (label, plan) in plans {
+    let none = Namespace::default();
+    // Plans are superseded; a file target is the one the person named.
+    let file = matches!(inputs.plans, Plans::File { .. });
+    for (label, id, plan) in plans {
         let at = found.plans.len();
         found.plans.push(PlanOutcome {
             label,
-            namespace: plan.namespace.clone(),
-            name: plan.name.clone(),
+            id,
             created: plan.created.clone(),
             passed_over: None,
             targets: Vec::new(),
         });
-        let file = matches!(inputs.plans, Plans::File { .. });
         if !file && let Some(why) = superseded(connection, &plan, &mut namespaces, &mut found).await {
             found.plans[at].passed_over = Some(why);
             continue;
         }
         // A file target of a package nobody subscribed to has no namespace.
         let context = match plan.namespace.as_str() {
-            "" => Namespace::default(),
+            "" => &none,
             ns => namespaces.get(connection, ns, &mut found).await,
         };
         for target in &plan.targets {
             let Some(csv) = target_csv(connection, &plan, target, &mut found).await else {
                 continue;
             };
-            match prepare(inputs, &context, &extra, &plan, target, &csv) {
+            match prepare(inputs, context, &extra, &plan, target, &csv) {
                 // A fresh install only adds to what is promoted: no object
                 // the cluster runs changes its verdict, only the change
                 // list applies.
@@ -294,7 +295,7 @@ async fn file_plan(
     path: &std::path::Path,
     bundle: bool,
     found: &mut Preflight,
-) -> Vec<(String, Plan)> {
+) -> Vec<(String, String, Plan)> {
     let read = if bundle {
         files::bundle_dir(path)
     } else {
@@ -313,7 +314,7 @@ async fn file_plan(
         path.display()
     );
     let package = replaced::package(&csv);
-    let subscription = match (&package, cluster::subscriptions_everywhere(connection).await) {
+    let subscription = match (&package, cluster::subscriptions(connection, None).await) {
         (Some(package), Ok(all)) => all
             .into_iter()
             .find(|s| s.pointer("/spec/name").and_then(Value::as_str) == Some(package.as_str())),
@@ -346,7 +347,7 @@ async fn file_plan(
             manifest: Manifest::Inline(Box::new(csv)),
         }],
     };
-    vec![(label, plan)]
+    vec![(label, path.display().to_string(), plan)]
 }
 
 /// A count of the objects read on standard error, drawn only when it is a
@@ -429,7 +430,7 @@ struct Namespaces {
     read: BTreeMap<String, Namespace>,
 }
 
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct Namespace {
     subscriptions: Vec<Value>,
     sources: Vec<Source>,
@@ -437,12 +438,13 @@ struct Namespace {
 }
 
 impl Namespaces {
-    async fn get(&mut self, connection: &Connection, namespace: &str, found: &mut Preflight) -> Namespace {
-        if let Some(ns) = self.read.get(namespace) {
-            return ns.clone();
-        }
+    async fn get(&mut self, connection: &Connection, namespace: &str, found: &mut Preflight) -> &Namespace {
+        let vacant = match self.read.entry(namespace.to_owned()) {
+            std::collections::btree_map::Entry::Occupied(read) => return read.into_mut(),
+            std::collections::btree_map::Entry::Vacant(vacant) => vacant,
+        };
         let mut ns = Namespace::default();
-        match cluster::subscriptions(connection, namespace).await {
+        match cluster::subscriptions(connection, Some(namespace)).await {
             Ok(s) => ns.subscriptions = s,
             Err(e) => found.errors.push(e.message().to_owned()),
         }
@@ -467,8 +469,7 @@ impl Namespaces {
                 package: replaced::package(&csv),
             })
             .collect();
-        self.read.insert(namespace.to_owned(), ns.clone());
-        ns
+        vacant.insert(ns)
     }
 }
 

@@ -226,7 +226,7 @@ fn or_unset(s: &str) -> &str {
 }
 
 /// The items of the array at `pointer`, none where there is none.
-pub(super) fn array<'v>(object: &'v Value, pointer: &str) -> impl Iterator<Item = &'v Value> + use<'v> {
+fn array<'v>(object: &'v Value, pointer: &str) -> impl Iterator<Item = &'v Value> + use<'v> {
     object
         .pointer(pointer)
         .and_then(Value::as_array)

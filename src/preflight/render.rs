@@ -292,11 +292,7 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
         notes: &found.notes,
     };
     for plan in &found.plans {
-        // A plan by its namespace/name; a file target by its path.
-        let at = match plan.name.as_str() {
-            "" => plan.label.clone(),
-            name => format!("{}/{name}", plan.namespace),
-        };
+        let at = &plan.id;
         if let Some(why) = &plan.passed_over {
             doc.passed_over.push(PassedOver {
                 plan: at.clone(),
@@ -305,7 +301,7 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
         }
         for t in &plan.targets {
             doc.summary.targets += 1;
-            doc.upgrade.push(upgrade(&at, plan, t, now));
+            doc.upgrade.push(upgrade(plan, t, now));
             for c in &t.concerned {
                 *match c.change {
                     UpgradeChange::StaleAfterUpgrade => &mut doc.summary.stale_after_upgrade,
@@ -326,7 +322,7 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
 }
 
 /// One target's `upgrade` entry.
-fn upgrade<'a>(at: &str, plan: &PlanOutcome, t: &'a TargetOutcome, now: SystemTime) -> Upgrade<'a> {
+fn upgrade<'a>(plan: &PlanOutcome, t: &'a TargetOutcome, now: SystemTime) -> Upgrade<'a> {
     let of = |f: fn(&Change) -> bool| {
         t.changes
             .iter()
@@ -336,7 +332,7 @@ fn upgrade<'a>(at: &str, plan: &PlanOutcome, t: &'a TargetOutcome, now: SystemTi
     };
     Upgrade {
         package: t.package.as_deref(),
-        plan: at.to_owned(),
+        plan: plan.id.clone(),
         age: age(plan.created.as_deref(), now),
         from: t.replaced.iter().map(|(n, _)| n.as_str()).collect(),
         replaced_because: t.replaced.as_ref().map(|(_, why)| why.into()),

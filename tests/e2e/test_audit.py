@@ -421,29 +421,40 @@ def written_by_audit(cluster: ControlPlane) -> dict[tuple[str, str, str], tuple[
     return out
 
 
-def test_a_rerun_by_this_build_updates_the_previous_builds_reports_cleanly(report_crds, release):
-    cluster = report_crds
-    release.pod.binary = previous_build(PREVIOUS_BUILD)
-    release.install({"audit": {"enabled": True, "interval": "1h", "events": True,
-                               "policyReports": {"enabled": True, "installCRDs": True},
-                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}}})
+def audited_by_previous_build(cluster: ControlPlane, release, commit: str, **values) -> dict:
+    """The release's background audit run by the build at `commit`: what it
+    wrote (two PolicyReports and five Events here)."""
+    release.pod.binary = previous_build(commit)
+    release.install({**values, "audit": {"enabled": True, "interval": "1h", "events": True,
+                                         "policyReports": {"enabled": True, "installCRDs": True},
+                                         "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}}})
     pod = release.pod
-    wait_until("the previous build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    wait_until(f"{commit}'s audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
     assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
     before = written_by_audit(cluster)
     assert sum(1 for k in before if k[0] == POLICY_REPORT) == 2 and sum(1 for k in before if k[0] == "events") == 5
+    return before
+
+
+def this_build_audits(cluster: ControlPlane, pod) -> dict:
+    """The same pod restarted on this build, after its first audit: what
+    the audits have written by then."""
+    pod.binary = None
+    pod.restart_container()
+    wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
+    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
+    return written_by_audit(cluster)
+
+
+def test_a_rerun_by_this_build_updates_the_previous_builds_reports_cleanly(report_crds, release):
+    cluster = report_crds
+    before = audited_by_previous_build(cluster, release, PREVIOUS_BUILD)
+    pod = release.pod
     # The previous build listed a pass for every compliant image.
     assert any(r["result"] == "pass" for (kind, ns, _), (_, seen) in before.items()
                if kind == POLICY_REPORT and ns == MODELS for r in seen["results"])
 
-    def this_build_audits():
-        pod.binary = None
-        pod.restart_container()
-        wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
-        assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
-        return written_by_audit(cluster)
-
-    after = this_build_audits()
+    after = this_build_audits(cluster, pod)
     expected = {"ConfigMap": 1, "ServingRuntime": 1, "Deployment": 1, "ReplicaSet": 1, "Pod": 1}
     for kind, n in expected.items():
         assert pod.metric("digest_gate_audit_findings", kind=kind, verdict="rewrite") == n, kind
@@ -460,7 +471,7 @@ def test_a_rerun_by_this_build_updates_the_previous_builds_reports_cleanly(repor
         assert new == {**seen, "results": findings}, key
         assert (new_version == version) == (findings == seen["results"]), key
     # Once updated, this build's next run changes nothing.
-    assert this_build_audits() == after
+    assert this_build_audits(cluster, pod) == after
     release.uninstall()
     assert owned_by_release(cluster) == {POLICY_REPORT: [], "events": []}
 
@@ -472,24 +483,11 @@ BEFORE_TYPED_WRITES = "cb93881"
 
 def test_a_rerun_over_what_main_wrote_before_the_typed_writes_changes_nothing(report_crds, release):
     cluster = report_crds
-    release.pod.binary = previous_build(BEFORE_TYPED_WRITES)
     # The background audit logs what it wrote at debug.
-    release.install({"logLevel": "info,digest_gate=debug",
-                     "audit": {"enabled": True, "interval": "1h", "events": True,
-                               "policyReports": {"enabled": True, "installCRDs": True},
-                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}}})
+    before = audited_by_previous_build(cluster, release, BEFORE_TYPED_WRITES, logLevel="info,digest_gate=debug")
     pod = release.pod
-    wait_until("main's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
-    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
-    before = written_by_audit(cluster)
-    assert sum(1 for k in before if k[0] == POLICY_REPORT) == 2 and sum(1 for k in before if k[0] == "events") == 5
-
-    pod.binary = None
-    pod.restart_container()
-    wait_until("this build's audit", lambda: pod.metric("digest_gate_audit_duration_seconds_count") >= 1)
-    assert pod.metric("digest_gate_audit_errors_total") == 0, pod.log_path.read_text()
     # The same resourceVersions: nothing was written, not even the same again.
-    assert written_by_audit(cluster) == before
+    assert this_build_audits(cluster, pod) == before
     log = pod.log_path.read_text()
     assert "policy reports: 0 created, 0 updated, 2 unchanged" in log, log
     assert "events: 0 created, 0 updated, 5 unchanged" in log, log
