@@ -21,7 +21,7 @@ pub(super) fn read(out: &mut Entries<'_>, ctx: &Ctx<'_>, csv: &Value, ptr: &str)
             name.unwrap_or("(unnamed)"),
             match out.kind {
                 SourceKind::InstalledCsv { .. } => " (installed)".to_owned(),
-                SourceKind::PlannedCsv { plan, .. } => format!(" (pending in InstallPlan {plan})"),
+                SourceKind::PlannedCsv { by, .. } => format!(" (pending in {by})"),
                 _ => String::new(),
             }
         ),

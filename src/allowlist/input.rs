@@ -37,9 +37,10 @@ pub enum SourceKind {
     /// An installed operator's ClusterServiceVersion, read from the cluster:
     /// which one, so nothing reads it back out of the source's name.
     InstalledCsv { namespace: String, name: String },
-    /// The CSV a pending InstallPlan would install (`preflight`): which
-    /// plan (`namespace/name`) and which CSV.
-    PlannedCsv { plan: String, name: String },
+    /// The CSV `preflight` judges as the target: what would install it, as
+    /// reports name it (`InstallPlan ns/name`, `CSV file F`, `bundle D`),
+    /// and which CSV.
+    PlannedCsv { by: String, name: String },
 }
 
 /// Each of `sources` as an [`Input`], for [`load_sources`](super::load_sources).
@@ -201,14 +202,15 @@ impl Source {
         }
     }
 
-    /// CSV `csv` as InstallPlan `plan` (`namespace/name`) would install it.
-    pub fn planned_csv(plan: &str, csv: &Value) -> Self {
+    /// CSV `csv` as `by` (`InstallPlan ns/name`, `CSV file F`) would
+    /// install it.
+    pub fn planned_csv(by: &str, csv: &Value) -> Self {
         let name = csv_name(csv);
         Self {
-            name: format!("installplan:{plan}/{name}"),
+            name: format!("{by}: {name}"),
             text: csv.to_string(),
             kind: SourceKind::PlannedCsv {
-                plan: plan.to_owned(),
+                by: by.to_owned(),
                 name: name.to_owned(),
             },
         }

@@ -179,12 +179,17 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
             let Some(csv) = target_csv(connection, &plan, target, &mut found).await else {
                 continue;
             };
-            match prepare(inputs, context, &extra, &plan, target, &csv) {
+            let by = found.plans[at].label.clone();
+            let prepared = prepare(inputs, context, &extra, (&plan, &by), target, &csv);
+            if let Ok((_, _, _, Some(warning))) = &prepared {
+                found.notes.push((*warning).to_owned());
+            }
+            match prepared {
                 // A fresh install only adds to what is promoted: no object
                 // the cluster runs changes its verdict, only the change
                 // list applies.
                 Ok((outcome, ..)) if outcome.replaced.is_none() => found.plans[at].targets.push(outcome),
-                Ok((outcome, before, after)) => judgeable.push(Judgeable {
+                Ok((outcome, before, after, _)) => judgeable.push(Judgeable {
                     plan: at,
                     outcome,
                     before,
@@ -199,20 +204,29 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     found
 }
 
-/// One target, ready to be judged: what it replaces and changes, and the
-/// allowlists before and after it.
+/// One target, ready to be judged: what it replaces and changes, the
+/// allowlists before and after it, and the policy's warning about them
+/// (an allowlist that promotes nothing, where that only reports). `by`
+/// names the plan as reports do.
 fn prepare(
     inputs: &Inputs<'_>,
     context: &Namespace,
     extra: &[Source],
-    plan: &Plan,
+    (plan, by): (&Plan, &str),
     target: &plan::Target,
     csv: &Value,
-) -> Result<(TargetOutcome, Loaded, Loaded), String> {
+) -> Result<(TargetOutcome, Loaded, Loaded, Option<&'static str>), String> {
     let subscription = context.installed_by(plan);
     let replaced = replaced::replaced(target, csv, subscription, &context.installed)
         .map(|(i, why)| (i.name.clone(), why));
-    let (before, after) = allowlists(inputs, &context.sources, extra, plan, csv, replaced.as_ref())?;
+    let planned = Source::planned_csv(by, csv);
+    let (before, after, warning) = allowlists(
+        inputs,
+        &context.sources,
+        extra,
+        (&plan.namespace, planned),
+        replaced.as_ref(),
+    )?;
     let package = target.package.clone().or_else(|| replaced::package(csv));
     let outcome = TargetOutcome {
         csv: target.csv.clone(),
@@ -224,14 +238,16 @@ fn prepare(
         replaced,
         concerned: Vec::new(),
     };
-    Ok((outcome, before, after))
+    Ok((outcome, before, after, warning))
 }
 
-/// The end of a run: an error the targets' allowlists share said once, and
+/// The end of a run: an error or a note the targets' allowlists share said
+/// once, and
 /// a run that judged nothing never a pass.
 fn ended(plans: &Plans, found: &mut Preflight) {
     let mut said = std::collections::HashSet::new();
     found.errors.retain(|e| said.insert(e.clone()));
+    found.notes.retain(|n| said.insert(n.clone()));
     if !found.errors.is_empty() || found.plans.iter().any(|p| !p.targets.is_empty()) {
         return;
     }
@@ -556,20 +572,19 @@ fn allowlists(
     inputs: &Inputs<'_>,
     installed: &[Source],
     extra: &[Source],
-    plan: &Plan,
-    csv: &Value,
+    (namespace, planned): (&str, Source),
     replaced: Option<&(String, Why)>,
-) -> Result<(Loaded, Loaded), String> {
+) -> Result<(Loaded, Loaded, Option<&'static str>), String> {
+    // The one rule for an allowlist that promotes nothing, as `audit`
+    // asks it: an error where it would deny everything, else a warning.
     let load = |sources: &[Source]| {
         let loaded = allowlist::load_with_installed(inputs.files, sources, &inputs.policy.catalog)
             .map_err(|e| format!("the allowlist cannot be used:\n{e}"))?;
-        // The one rule for an allowlist that promotes nothing, as `audit`
-        // asks it.
-        inputs
+        let warning = inputs
             .policy
             .judges_by(&loaded.allowlist)
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>(loaded)
+        Ok::<_, String>((loaded, warning))
     };
     // --allowlist-csv may name the plan's namespace too: each CSV once.
     let more = extra
@@ -577,16 +592,17 @@ fn allowlists(
         .filter(|s| !installed.iter().any(|i| i.name == s.name));
     let before: Vec<Source> = installed.iter().chain(more).cloned().collect();
     let gone = |s: &Source| {
-        matches!((&s.kind, replaced), (allowlist::SourceKind::InstalledCsv { name, namespace }, Some((r, _)))
-            if name == r && *namespace == plan.namespace)
+        matches!((&s.kind, replaced), (allowlist::SourceKind::InstalledCsv { name, namespace: ns }, Some((r, _)))
+            if name == r && ns == namespace)
     };
     let after: Vec<Source> = before
         .iter()
         .filter(|s| !gone(s))
         .cloned()
-        .chain([Source::planned_csv(&plan.at(), csv)])
+        .chain([planned])
         .collect();
-    Ok((load(&before)?, load(&after)?))
+    let ((before, was), (after, will)) = (load(&before)?, load(&after)?);
+    Ok((before, after, was.or(will)))
 }
 
 /// What the target CSV `csv` changes against the release it replaces (an

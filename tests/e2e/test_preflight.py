@@ -337,8 +337,20 @@ def test_a_csv_file_and_a_bundle_are_judged_before_any_plan_exists(incident, tmp
 
     from_plan = judged("--installplan", f"{OPERATORS}/install-gzip")
     assert judged("--bundle", str(bundle)) == judged("--csv", str(file)) == from_plan
+    # The promotions name the file, not a plan.
+    code, out, _ = preflight(incident, "--csv", str(file), "-o", "json")
+    (runtime,) = [r for r in json.loads(out)["results"] if r["kind"] == "ServingRuntime"]
+    assert runtime["images"][0]["promotions"][0]["origin"] == \
+        f"ClusterServiceVersion {NEW} (pending in CSV file {file})", runtime
     code, out, _ = preflight(incident, "--bundle", str(tmp_path))
     assert code == 2 and "a registry+v1 bundle keeps its CSV in manifests/" in out, out
+    # Nothing promoted before a fresh install: in audit mode that is said,
+    # not an error, as audit says it.
+    other = tmp_path / "other.clusterserviceversion.yaml"
+    other.write_text(json.dumps({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+                                 "metadata": {"name": "other-operator.v2.0.0"}, "spec": {"version": "2.0.0"}}))
+    code, out, err = preflight(incident, "--csv", str(other), "--mode", "audit")
+    assert code == 0 and "note: the allowlist promotes no repository" in out, out + err
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
