@@ -6,11 +6,13 @@ use super::args::{ConnectionArgs, Output, PolicyArgs};
 use super::{client_runtime, print_out};
 use crate::allowlist;
 use crate::audit;
+use crate::preflight::catalog::CatalogTarget;
+use crate::preflight::files::FileTarget;
 use crate::preflight::{self, Plans, render};
 
 /// `digest-gate preflight`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).args(["installplan", "all_pending", "csv", "bundle"])))]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["installplan", "all_pending", "csv", "bundle", "catalog"])))]
 pub struct PreflightArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
@@ -46,6 +48,21 @@ pub struct PreflightArgs {
     /// as the target, as --csv does.
     #[arg(long, env = "DIGEST_GATE_BUNDLE", value_name = "DIR")]
     pub bundle: Option<std::path::PathBuf>,
+    /// Judge a release of this file-based catalog (a file or a directory,
+    /// as `opm render` writes it) as --csv does: of the one
+    /// --catalog-package, the head of --catalog-channel (default: the
+    /// package's defaultChannel), or --target-version.
+    #[arg(long, env = "DIGEST_GATE_CATALOG", value_name = "FILE|DIR")]
+    pub catalog: Option<std::path::PathBuf>,
+    /// With --catalog: the release to judge, by version or CSV name
+    /// (default: the channel's head).
+    #[arg(
+        long,
+        env = "DIGEST_GATE_TARGET_VERSION",
+        value_name = "VERSION",
+        requires = "catalog"
+    )]
+    pub target_version: Option<String>,
     /// Read the objects of this namespace only (repeatable; default: every
     /// namespace, as the incident's ConfigMap is not in the operator's).
     #[arg(
@@ -83,6 +100,41 @@ fn parse_plan(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The plans the flags name (clap made them exclusive).
+fn plans(args: &PreflightArgs) -> Result<Plans, String> {
+    let file = |target| Ok(Plans::File(target));
+    if let Some((namespace, name)) = &args.installplan {
+        return Ok(Plans::Named {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        });
+    }
+    if let Some(path) = &args.csv {
+        return file(FileTarget::Csv(path.clone()));
+    }
+    if let Some(path) = &args.bundle {
+        return file(FileTarget::Bundle(path.clone()));
+    }
+    if let Some(path) = &args.catalog {
+        let catalog = &args.policy.allowlist.catalog;
+        let [package] = catalog.packages.as_slice() else {
+            return Err(format!(
+                "--catalog needs exactly one --catalog-package, the target's package (given: {})",
+                catalog.packages.len()
+            ));
+        };
+        return file(FileTarget::Catalog(CatalogTarget {
+            path: path.clone(),
+            package: package.clone(),
+            channel: catalog.channel.clone(),
+            version: args.target_version.clone(),
+        }));
+    }
+    Ok(Plans::AllPending {
+        namespaces: args.plan_namespaces.clone(),
+    })
+}
+
 pub(super) fn run(args: &PreflightArgs) -> u8 {
     let files = match allowlist::open_files(&args.policy.allowlist.allowlists) {
         Ok(s) => s,
@@ -95,22 +147,12 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         return 2;
     };
     let policy = args.policy.policy();
-    let plans = match (&args.installplan, &args.csv, &args.bundle) {
-        (Some((namespace, name)), ..) => Plans::Named {
-            namespace: namespace.clone(),
-            name: name.clone(),
-        },
-        (_, Some(path), _) => Plans::File {
-            path: path.clone(),
-            bundle: false,
-        },
-        (_, _, Some(path)) => Plans::File {
-            path: path.clone(),
-            bundle: true,
-        },
-        _ => Plans::AllPending {
-            namespaces: args.plan_namespaces.clone(),
-        },
+    let plans = match plans(args) {
+        Ok(plans) => plans,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
     };
     let scope = if args.namespaces.is_empty() {
         audit::Scope::All {

@@ -1,10 +1,140 @@
 //! Targets read from files, before any plan exists: a ClusterServiceVersion
-//! (`--csv FILE`) or a registry+v1 bundle directory (`--bundle DIR`, its CSV
-//! in `manifests/*.clusterserviceversion.yaml`), as a vendor ships it.
+//! (`--csv FILE`), a registry+v1 bundle directory (`--bundle DIR`, its CSV
+//! in `manifests/*.clusterserviceversion.yaml`), as a vendor ships it, or a
+//! release of a file-based catalog (`--catalog`, see [`super::catalog`]);
+//! and the plan each would make where its package's Subscription is.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use super::catalog::CatalogTarget;
+use super::plan::{self, Manifest, Plan, State};
+use super::{Preflight, cluster, replaced};
+use crate::audit::Connection;
+
+/// A target named by a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileTarget {
+    Csv(PathBuf),
+    Bundle(PathBuf),
+    Catalog(CatalogTarget),
+}
+
+/// A file target, read.
+struct Read {
+    csv: Value,
+    graph: Vec<String>,
+    bundle: Option<String>,
+    /// The catalog channel that ordered it.
+    channel: Option<String>,
+}
+
+impl FileTarget {
+    /// How reports name it.
+    pub fn label(&self) -> String {
+        match self {
+            Self::Csv(path) => format!("CSV file {}", path.display()),
+            Self::Bundle(path) => format!("bundle {}", path.display()),
+            Self::Catalog(c) => format!("catalog {} package {}", c.path.display(), c.package),
+        }
+    }
+
+    /// How JSON names it: the path read.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Csv(path) | Self::Bundle(path) => path,
+            Self::Catalog(c) => &c.path,
+        }
+    }
+
+    fn read(&self) -> Result<Read, FileError> {
+        let plain = |csv| Read {
+            csv,
+            graph: Vec::new(),
+            bundle: None,
+            channel: None,
+        };
+        match self {
+            Self::Csv(path) => csv_file(path).map(plain),
+            Self::Bundle(dir) => bundle_dir(dir).map(plain),
+            Self::Catalog(c) => c.choose().map(|chosen| Read {
+                csv: chosen.csv,
+                graph: chosen.graph,
+                bundle: chosen.bundle,
+                channel: chosen.channel,
+            }),
+        }
+    }
+}
+
+/// The one target of a plan made up where the package's Subscription is
+/// (any namespace): its `status.installedCSV` is what the target replaces,
+/// and its namespace's installed CSVs are the allowlist in force. No
+/// Subscription of the package: a fresh install.
+pub(super) async fn plan(
+    connection: &Connection,
+    target: &FileTarget,
+    found: &mut Preflight,
+) -> Vec<(String, String, Plan)> {
+    let read = match target.read() {
+        Ok(read) => read,
+        Err(e) => {
+            found.errors.push(e.to_string());
+            return Vec::new();
+        }
+    };
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let package = match target {
+        FileTarget::Catalog(c) => Some(c.package.clone()),
+        _ => replaced::package(&read.csv),
+    };
+    let subscription = match (&package, cluster::subscriptions(connection, None).await) {
+        (Some(package), Ok(all)) => all
+            .into_iter()
+            .find(|s| s.pointer("/spec/name").and_then(Value::as_str) == Some(package.as_str())),
+        (None, _) => None,
+        (_, Err(e)) => {
+            found.errors.push(e.message().to_owned());
+            return Vec::new();
+        }
+    };
+    // A Subscription follows its own channel; the graph read is another's.
+    if let (Some(s), Some(ordered)) = (&subscription, &read.channel) {
+        let follows = text(s, "/spec/channel");
+        if !follows.is_empty() && &follows != ordered {
+            found.notes.push(format!(
+                "Subscription {}/{} follows channel {follows}, the target is {ordered}'s: name --catalog-channel {follows} to judge what it will install",
+                text(s, "/metadata/namespace"),
+                text(s, "/metadata/name"),
+            ));
+        }
+    }
+    let plan = Plan {
+        namespace: subscription
+            .as_ref()
+            .map(|s| text(s, "/metadata/namespace"))
+            .unwrap_or_default(),
+        name: String::new(),
+        created: None,
+        state: State::Pending,
+        owners: subscription.iter().map(|s| text(s, "/metadata/name")).collect(),
+        targets: vec![plan::Target {
+            csv: text(&read.csv, "/metadata/name"),
+            package,
+            replaces: None,
+            bundle: read.bundle,
+            graph: read.graph,
+            manifest: Manifest::Inline(Box::new(read.csv)),
+        }],
+    };
+    vec![(target.label(), target.path().display().to_string(), plan)]
+}
 
 /// A target file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,6 +11,7 @@
 
 pub mod assess;
 pub mod bundle;
+pub mod catalog;
 pub mod changes;
 pub mod cluster;
 pub mod files;
@@ -38,9 +39,10 @@ pub enum Plans {
     Named { namespace: String, name: String },
     /// `--all-pending`, in these namespaces (none: every namespace).
     AllPending { namespaces: Vec<String> },
-    /// `--csv FILE` or `--bundle DIR`: the release a vendor ships, judged
-    /// as if a plan installed it where its package's Subscription is.
-    File { path: std::path::PathBuf, bundle: bool },
+    /// `--csv FILE`, `--bundle DIR`, `--catalog`: the release a vendor
+    /// ships, judged as if a plan installed it where its package's
+    /// Subscription is.
+    File(files::FileTarget),
 }
 
 /// What a run is given.
@@ -138,7 +140,7 @@ struct Judgeable {
 pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     let mut found = Preflight::default();
     let plans = match &inputs.plans {
-        Plans::File { path, bundle } => file_plan(connection, path, *bundle, &mut found).await,
+        Plans::File(target) => files::plan(connection, target, &mut found).await,
         plans => read_plans(connection, plans, &mut found)
             .await
             .into_iter()
@@ -156,7 +158,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     let mut namespaces = Namespaces::default();
     let none = Namespace::default();
     // Plans are superseded; a file target is the one the person named.
-    let file = matches!(inputs.plans, Plans::File { .. });
+    let file = matches!(inputs.plans, Plans::File(_));
     for (label, id, plan) in plans {
         let at = found.plans.len();
         found.plans.push(PlanOutcome {
@@ -260,7 +262,7 @@ fn ended(plans: &Plans, found: &mut Preflight) {
             namespaces.join(", ")
         ),
         Plans::Named { namespace, name } => format!("InstallPlan {namespace}/{name} was not judged"),
-        Plans::File { path, .. } => format!("{} was not judged", path.display()),
+        Plans::File(target) => format!("{} was not judged", target.label()),
     };
     found.errors.push(format!("{none}: nothing was judged"));
 }
@@ -301,71 +303,6 @@ async fn judge_all(
     }
 }
 
-/// A CSV file or a bundle directory as the one target of a plan made up
-/// where the package's Subscription is (any namespace): its
-/// `status.installedCSV` is what the target replaces, and its namespace's
-/// installed CSVs are the allowlist in force. No Subscription of the
-/// package: a fresh install.
-async fn file_plan(
-    connection: &Connection,
-    path: &std::path::Path,
-    bundle: bool,
-    found: &mut Preflight,
-) -> Vec<(String, String, Plan)> {
-    let read = if bundle {
-        files::bundle_dir(path)
-    } else {
-        files::csv_file(path)
-    };
-    let csv = match read {
-        Ok(csv) => csv,
-        Err(e) => {
-            found.errors.push(e.to_string());
-            return Vec::new();
-        }
-    };
-    let label = format!(
-        "{} {}",
-        if bundle { "bundle" } else { "CSV file" },
-        path.display()
-    );
-    let package = replaced::package(&csv);
-    let subscription = match (&package, cluster::subscriptions(connection, None).await) {
-        (Some(package), Ok(all)) => all
-            .into_iter()
-            .find(|s| s.pointer("/spec/name").and_then(Value::as_str) == Some(package.as_str())),
-        (None, _) => None,
-        (_, Err(e)) => {
-            found.errors.push(e.message().to_owned());
-            return Vec::new();
-        }
-    };
-    let text = |v: &Value, p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let plan = Plan {
-        namespace: subscription
-            .as_ref()
-            .map(|s| text(s, "/metadata/namespace"))
-            .unwrap_or_default(),
-        name: String::new(),
-        created: None,
-        state: State::Pending,
-        owners: subscription.iter().map(|s| text(s, "/metadata/name")).collect(),
-        targets: vec![plan::Target {
-            csv: text(&csv, "/metadata/name"),
-            package,
-            replaces: None,
-            bundle: None,
-            manifest: Manifest::Inline(Box::new(csv)),
-        }],
-    };
-    vec![(label, path.display().to_string(), plan)]
-}
-
 /// A count of the objects read on standard error, drawn only when it is a
 /// terminal, as `allowlist verify` draws its bar.
 fn progress(quiet: bool) -> indicatif::ProgressBar {
@@ -404,7 +341,7 @@ async fn read_plans(connection: &Connection, plans: &Plans, found: &mut Prefligh
                 }
             }
         }
-        Plans::File { .. } => {}
+        Plans::File(_) => {}
     }
     let named = matches!(plans, Plans::Named { .. });
     let mut out = Vec::new();

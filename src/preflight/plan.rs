@@ -54,6 +54,9 @@ pub struct Target {
     pub package: Option<String>,
     /// The bundle image OLM unpacked it from.
     pub bundle: Option<String>,
+    /// A catalog target's releases it upgrades from, nearest first (a
+    /// plan's step names its own: empty).
+    pub graph: Vec<String>,
 }
 
 /// Where a step's CSV is.
@@ -149,6 +152,7 @@ impl Target {
         Ok(Target {
             package: properties.and_then(package),
             replaces: replaces.map(str::to_owned),
+            graph: Vec::new(),
             bundle: from_lookup("path").filter(|p| !p.is_empty()).map(str::to_owned),
             manifest,
             csv,
@@ -309,6 +313,7 @@ mod tests {
                 },
                 // The lookup's `replaces` is empty: not a name.
                 replaces: None,
+                graph: Vec::new(),
                 package: Some("project-quay".into()),
                 bundle: Some("quay1.example/operatorhubio/project-quay:v3.7.10".into()),
             }

@@ -4,7 +4,8 @@
 //! of this upgrade, and the first that names an installed CSV decides:
 //! the step's (or its bundle lookup's) `replaces`; the Subscription's
 //! `status.installedCSV`; the target CSV's `spec.replaces`, then its
-//! `spec.skips`; else the installed CSV of the same package. `skipRange`
+//! `spec.skips`; for a catalog's release, the nearest installed along its
+//! upgrade graph; else the installed CSV of the same package. `skipRange`
 //! is not evaluated. Nothing installed replaced: a fresh install.
 
 use serde_json::Value;
@@ -22,6 +23,8 @@ pub enum Why {
     CsvReplaces,
     #[strum(serialize = "the target CSV's spec.skips")]
     CsvSkips,
+    #[strum(serialize = "the catalog's upgrade graph")]
+    Graph,
     #[strum(serialize = "the installed CSV of the same package")]
     SamePackage,
 }
@@ -70,6 +73,7 @@ pub fn replaced<'i>(
         .or_else(|| subscription.and_then(find).map(|i| (i, Why::Subscription)))
         .or_else(|| spec_replaces.and_then(find).map(|i| (i, Why::CsvReplaces)))
         .or_else(|| named("/spec/skips").map(|i| (i, Why::CsvSkips)))
+        .or_else(|| target.graph.iter().find_map(|n| find(n)).map(|i| (i, Why::Graph)))
         .or_else(|| {
             let package = target.package.clone().or_else(|| package(csv))?;
             let package = package.as_str();
@@ -97,6 +101,7 @@ mod tests {
             replaces: replaces.map(Into::into),
             package: package.map(Into::into),
             bundle: None,
+            graph: Vec::new(),
         }
     }
 
@@ -145,6 +150,14 @@ mod tests {
         assert_eq!(
             of(&gone, None, &skips_only),
             Some(("rhods-operator.1.20.0".into(), Why::CsvSkips))
+        );
+        // A catalog's release: the nearest installed along its graph, before
+        // any of the package.
+        let mut along = target(None, None);
+        along.graph = vec!["rhods-operator.1.20.5".into(), "rhods-operator.1.20.1".into()];
+        assert_eq!(
+            of(&along, None, &csv(json!({"version": "1.21.0"}))),
+            Some(("rhods-operator.1.20.1".into(), Why::Graph))
         );
         // RHOAI's CSVs say neither: the package decides, by the bundle's
         // property or else by the CSV's name and version.

@@ -178,10 +178,12 @@ def test_the_incident_upgrade_is_named_before_approval(incident):
 
 def docs(sample_id: str, cluster, plan_name: str) -> None:
     """A docs/preflight.md sample, run here: the plan it names is this
-    cluster's, and only this test's namespaces are read."""
+    cluster's, the catalog the fixture, and only this test's namespaces
+    are read."""
     for step in docs_sample(sample_id):
         argv = shlex.split(step.command.replace("redhat-ods-operator/install-abcde", f"{OPERATORS}/{plan_name}")
-                           .replace("redhat-ods-operator", OPERATORS))
+                           .replace("redhat-ods-operator", OPERATORS)
+                           .replace("catalog/rhods-operator", str(ROOT / "tests" / "fixtures" / "olm" / "rhods")))
         assert argv[:2] == ["digest-gate", "preflight"], argv
         code, out, err = preflight(cluster, *argv[2:])
         for line in step.prints:
@@ -191,6 +193,7 @@ def docs(sample_id: str, cluster, plan_name: str) -> None:
 def test_the_docs_samples_say_what_it_prints(incident):
     docs("preflight-one-plan", incident, "install-gzip")
     docs("preflight-all-pending", incident, "install-gzip")
+    docs("preflight-catalog", incident, "install-gzip")
 
 
 def test_every_shape_of_step_reads_the_same_csv(incident):
@@ -351,6 +354,31 @@ def test_a_csv_file_and_a_bundle_are_judged_before_any_plan_exists(incident, tmp
                                  "metadata": {"name": "other-operator.v2.0.0"}, "spec": {"version": "2.0.0"}}))
     code, out, err = preflight(incident, "--csv", str(other), "--mode", "audit")
     assert code == 0 and "note: the allowlist promotes no repository" in out, out + err
+
+
+def test_a_catalogs_channel_head_or_a_named_version_is_the_target(incident):
+    """The real RHOAI catalog fragment: fast-3.x's head is 3.3.1, found by
+    the graph; the Subscription says what it replaces, and that it follows
+    another channel."""
+    catalog = ROOT / "tests" / "fixtures" / "olm" / "rhods"
+    target = ("--catalog", str(catalog), "--catalog-package", "rhods-operator", "--catalog-channel", "fast-3.x")
+    code, out, err = preflight(incident, *target)
+    assert code == 1, out + err
+    assert out.startswith(f"catalog {catalog} package rhods-operator\n"), out
+    assert f"rhods-operator.3.3.1 (package rhods-operator) replaces {OLD} (the Subscription's installed CSV)" in out
+    assert (f"note: Subscription {OPERATORS}/rhods-operator follows channel stable, the target is fast-3.x's: "
+            "name --catalog-channel stable") in out, out
+    # 1.20.1's runtime is no release of 3.3.1: left unpromoted.
+    assert f"stale_after_upgrade: {MODELS}/ServingRuntime/ovms" in out, out
+    code, out, err = preflight(incident, *target, "--target-version", "3.3.0", "-o", "json")
+    (upgrade,) = json.loads(out)["upgrade"]
+    assert (upgrade["from"], upgrade["to"]) == ([OLD], "rhods-operator.3.3.0"), upgrade
+    # RHOAI 3 moved every repository from rhods/ to rhoai/.
+    assert "registry.redhat.io/rhoai/odh-dashboard-rhel9" in upgrade["added"], upgrade["added"][:3]
+    code, out, err = preflight(incident, *target, "--catalog-package", "other-operator")
+    assert code == 2 and "--catalog needs exactly one --catalog-package" in err, out + err
+    code, out, err = preflight(incident, *target, "--target-version", "9.9.9")
+    assert code == 2 and "no bundle in a channel at version or name '9.9.9'" in out, out + err
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
