@@ -79,15 +79,43 @@ pub fn document(report: &Report, results: Value) -> Value {
     run(rule_objects, notifications, report.errors.is_empty(), results)
 }
 
+/// A digest an upgrade's target promotes that the registry did not
+/// confirm can be pulled (`preflight --registry`).
+pub struct PullFinding<'a> {
+    /// The plan and CSV, as [`upgrade_document`]'s objects name them.
+    pub target: &'a str,
+    /// `repository@digest`.
+    pub reference: String,
+    pub state: State,
+    pub detail: &'a str,
+}
+
+/// The rules `preflight --registry` adds after the categories': a digest
+/// that will not pull, and one no answer was had for.
+const PULL_RULES: [(&str, &str, &str); 2] = [
+    (
+        "unpullable_after_upgrade",
+        "error",
+        "The new release promotes a digest the registry (or mirror) the nodes pull from does not serve for their platforms: Pods the upgrade makes will not start.",
+    ),
+    (
+        "unverifiable_after_upgrade",
+        "warning",
+        "The new release promotes a digest the registry did not answer for (credentials, network): not known to pull.",
+    ),
+];
+
 /// The `preflight` document: one rule per [`UpgradeChange`], one result
 /// per image an upgrade concerns (`target` names the plan and CSV, and its
-/// reason `code` stays in the properties).
+/// reason `code` stays in the properties); with `--registry` (`pulls` is
+/// `Some`), one result per digest that will not or may not pull.
 pub fn upgrade_document<'a>(
     errors: &[String],
     notes: &[String],
     concerned: impl Iterator<Item = (&'a str, &'a ObjectReport)>,
+    pulls: Option<&[PullFinding<'_>]>,
 ) -> Value {
-    let rules: Vec<Value> = UpgradeChange::VARIANTS
+    let mut rules: Vec<Value> = UpgradeChange::VARIANTS
         .iter()
         .map(|change| {
             let (level, text) = upgrade_rule(*change);
@@ -114,6 +142,28 @@ pub fn upgrade_document<'a>(
                 "message": {"text": format!("{target}: {}", image.reason)},
                 "locations": [location(object, image)],
                 "properties": {"image": image.image, "code": image.code, "rewrite": image.rewrite, "target": target},
+            }));
+        }
+    }
+    if let Some(pulls) = pulls {
+        let first = rules.len();
+        rules.extend(PULL_RULES.iter().map(|(id, level, text)| {
+            json!({
+                "id": id,
+                "shortDescription": {"text": text},
+                "defaultConfiguration": {"level": level},
+                "helpUri": format!("{INFORMATION_URI}/blob/main/docs/preflight.md#what-will-not-pull"),
+            })
+        }));
+        for p in pulls {
+            let at = usize::from(p.state == State::Unverifiable);
+            let (id, level, _) = PULL_RULES[at];
+            results.push(json!({
+                "ruleId": id,
+                "ruleIndex": first + at,
+                "level": level,
+                "message": {"text": format!("{}: {} ({}): {}", p.target, p.reference, p.state, p.detail)},
+                "properties": {"image": p.reference, "state": p.state, "target": p.target},
             }));
         }
     }

@@ -86,6 +86,26 @@ pub struct PreflightArgs {
     pub output: Output,
     #[command(flatten)]
     pub csvs: audit::installed::CsvArgs,
+    /// Also ask whether every digest a target promotes can be pulled where
+    /// the nodes pull it from (by the allowlist's mirror rules), for the
+    /// nodes' platforms: what cannot is unpullable_after_upgrade.
+    #[arg(
+        long = "registry",
+        visible_alias = "verify-registry",
+        env = "DIGEST_GATE_VERIFY_REGISTRY"
+    )]
+    pub registry: bool,
+    /// With --registry: a platform the nodes run, OS/ARCH[/VARIANT]
+    /// (repeatable; default: the platforms of the cluster's nodes).
+    #[arg(
+        long = "platform",
+        env = "DIGEST_GATE_PLATFORM",
+        value_delimiter = ',',
+        requires = "registry"
+    )]
+    pub platforms: Vec<crate::published::Platform>,
+    #[command(flatten)]
+    pub registry_access: crate::registry::RegistryArgs,
     /// No progress on standard error (drawn only on a terminal anyway).
     #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
     pub quiet: bool,
@@ -154,6 +174,17 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
             return 2;
         }
     };
+    let registry = match args.registry.then(|| args.registry_access.settings()) {
+        None => None,
+        Some(Ok(settings)) => Some(preflight::pulls::Asking {
+            settings,
+            platforms: args.platforms.clone(),
+        }),
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
     let scope = if args.namespaces.is_empty() {
         audit::Scope::All {
             namespace_selector: args.namespace_selector.clone(),
@@ -173,6 +204,7 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
             break_glass_label: None,
         },
         quiet: args.quiet,
+        registry,
     };
     let found = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings())

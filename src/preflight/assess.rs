@@ -161,6 +161,7 @@ mod tests {
                 0,
                 1,
             ),
+            pulls: None,
         };
         let run = |digests: &[&str], errors: &[&str]| crate::preflight::Preflight {
             plans: vec![crate::preflight::PlanOutcome {
@@ -194,6 +195,110 @@ mod tests {
         assert_eq!(render::exit_code(&run(&[NEW], &["cannot read a bundle"])), 2);
     }
 
+    /// What a registry said of the new runtime's digest.
+    fn answer(state: crate::published::State) -> crate::registry::verify::Verification {
+        crate::registry::verify::Verification {
+            repository: "registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8".into(),
+            digest: NEW.into(),
+            state,
+            detail: "registry.redhat.io does not have this manifest (MANIFEST_UNKNOWN)".into(),
+            location: None,
+            checked_at: std::time::SystemTime::UNIX_EPOCH,
+            tags: Vec::new(),
+            platforms: Vec::new(),
+            promotions: Vec::new(),
+            images: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_digest_that_will_not_pull_blocks_and_one_not_answered_is_never_safe() {
+        use crate::preflight::pulls::Pulls;
+        use crate::published::State;
+        let policy = Policy::default();
+        let run = |digests: &[&str], pulls: Pulls| crate::preflight::Preflight {
+            plans: vec![crate::preflight::PlanOutcome {
+                label: "InstallPlan ops/install-x".into(),
+                id: "ops/install-x".into(),
+                created: None,
+                passed_over: None,
+                targets: vec![crate::preflight::TargetOutcome {
+                    csv: "rhods-operator.1.21.0".into(),
+                    package: Some("rhods-operator".into()),
+                    replaced: Some((
+                        "rhods-operator.1.20.1".into(),
+                        crate::preflight::replaced::Why::Step,
+                    )),
+                    changes: Vec::new(),
+                    head: None,
+                    concerned: concerned(
+                        &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
+                        0,
+                        1,
+                    ),
+                    pulls: Some(pulls),
+                }],
+            }],
+            objects: digests.len(),
+            errors: Vec::new(),
+            notes: Vec::new(),
+        };
+        let missing = || Pulls {
+            checked: 3,
+            unpullable: vec![answer(State::Missing)],
+            unverifiable: Vec::new(),
+        };
+        let unanswered = || Pulls {
+            checked: 3,
+            unpullable: Vec::new(),
+            unverifiable: vec![answer(State::Unverifiable)],
+        };
+        let verdict = |found: &crate::preflight::Preflight| render::verdict(&found.plans[0].targets[0]);
+        let reference = format!("registry.redhat.io/rhods/odh-openvino-servingruntime-rhel8@{NEW}");
+        // Every object complies, yet the new runtime will not pull.
+        let found = run(&[NEW], missing());
+        assert_eq!(render::exit_code(&found), 1);
+        assert_eq!(
+            verdict(&found),
+            format!(
+                "do not approve yet: 1 digest the new release promotes will not pull where this cluster pulls from; mirror it first: {reference}"
+            )
+        );
+        // Both block, and both are said.
+        let found = run(&[OLD], missing());
+        assert!(verdict(&found).starts_with("do not approve yet: approving leaves 1 object"));
+        assert!(verdict(&found).contains("; and 1 digest the new release promotes will not pull"));
+        // Not answered: exit 2, after what blocks.
+        let found = run(&[NEW], unanswered());
+        assert_eq!(render::exit_code(&found), 2);
+        assert!(
+            verdict(&found).starts_with("not known to be safe: the registry did not answer for 1 digest")
+        );
+        assert_eq!(render::exit_code(&run(&[OLD], unanswered())), 1);
+        assert_eq!(render::exit_code(&run(&[NEW], Pulls::default())), 0);
+        let text = render::text(&run(&[NEW], missing()), std::time::SystemTime::UNIX_EPOCH);
+        assert!(
+            text.contains(&format!(
+                "    unpullable_after_upgrade: {reference} (missing): registry.redhat.io does not have"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("    registry: 3 digests asked, 1 will not pull, 0 not answered"),
+            "{text}"
+        );
+        let doc: Value = serde_json::from_str(&render::json(
+            &run(&[NEW], missing()),
+            std::time::SystemTime::UNIX_EPOCH,
+        ))
+        .unwrap();
+        assert_eq!(doc["summary"]["unpullable_after_upgrade"], 1);
+        assert_eq!(
+            doc["upgrade"][0]["registry"]["unpullable_after_upgrade"][0]["state"],
+            "missing"
+        );
+    }
+
     #[test]
     fn the_json_report_counts_by_category_and_names_each_target() {
         let policy = Policy::default();
@@ -213,6 +318,7 @@ mod tests {
                     changes: Vec::new(),
                     concerned: concerned(&[compared(OLD, &policy), compared(INCIDENT, &policy)], 0, 1),
                     head: None,
+                    pulls: None,
                 }],
             }],
             objects: 2,

@@ -15,8 +15,15 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::files::FileError;
 use crate::allowlist::{self, CatalogOptions, Provenance};
+
+/// A catalog that cannot give the release asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {why}")]
+pub struct CatalogError {
+    pub path: String,
+    pub why: String,
+}
 
 /// `--catalog` and the flags that choose its release.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +54,9 @@ impl CatalogTarget {
     /// Reads the catalog twice: once through the allowlist's reader, for
     /// the package's releases in graph order, then for the chosen bundle's
     /// blob and its channel's entries.
-    pub fn choose(&self) -> Result<Chosen, FileError> {
+    pub fn choose(&self) -> Result<Chosen, CatalogError> {
         let shown = self.path.display().to_string();
-        let shape = |why: String| FileError::Shape {
+        let shape = |why: String| CatalogError {
             path: shown.clone(),
             why,
         };
@@ -133,8 +140,8 @@ struct Blobs {
 }
 
 impl Blobs {
-    fn read(path: &Path, package: &str, bundle: &str, channel: Option<&str>) -> Result<Self, FileError> {
-        let files = allowlist::source_files(&[path]).map_err(|e| FileError::Read {
+    fn read(path: &Path, package: &str, bundle: &str, channel: Option<&str>) -> Result<Self, CatalogError> {
+        let files = allowlist::source_files(&[path]).map_err(|e| CatalogError {
             path: path.display().to_string(),
             why: e.to_string(),
         })?;
@@ -165,9 +172,9 @@ impl Blobs {
 
 /// Every blob of one catalog file, JSON objects one after another or YAML
 /// documents, one at a time.
-fn each_blob(file: &Path, each: &mut impl FnMut(Value)) -> Result<(), FileError> {
+fn each_blob(file: &Path, each: &mut impl FnMut(Value)) -> Result<(), CatalogError> {
     let shown = file.display().to_string();
-    let read = |why: String| FileError::Read {
+    let read = |why: String| CatalogError {
         path: shown.clone(),
         why,
     };

@@ -58,12 +58,12 @@ impl FileTarget {
         match self {
             Self::Csv(path) => csv_file(path).map(plain),
             Self::Bundle(dir) => bundle_dir(dir).map(plain),
-            Self::Catalog(c) => c.choose().map(|chosen| Read {
+            Self::Catalog(c) => Ok(c.choose().map(|chosen| Read {
                 csv: chosen.csv,
                 graph: chosen.graph,
                 bundle: chosen.bundle,
                 channel: chosen.channel,
-            }),
+            })?),
         }
     }
 }
@@ -143,6 +143,8 @@ pub enum FileError {
     Read { path: String, why: String },
     #[error("{path}: {why}")]
     Shape { path: String, why: String },
+    #[error(transparent)]
+    Catalog(#[from] super::catalog::CatalogError),
 }
 
 /// The ClusterServiceVersion in `path`: its one document of that kind.

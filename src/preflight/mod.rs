@@ -16,6 +16,7 @@ pub mod changes;
 pub mod cluster;
 pub mod files;
 pub mod plan;
+pub mod pulls;
 pub mod render;
 pub mod replaced;
 
@@ -58,6 +59,8 @@ pub struct Inputs<'a> {
     pub target: audit::Target,
     /// `--quiet`: no progress on a terminal.
     pub quiet: bool,
+    /// `--registry`: also ask whether each target's digests can be pulled.
+    pub registry: Option<pulls::Asking>,
 }
 
 /// One plan, and what became of it.
@@ -88,6 +91,8 @@ pub struct TargetOutcome {
     /// resolve it again until it is deleted), and whether the catalog lists
     /// the target at all.
     pub head: Option<Head>,
+    /// With `--registry`: what the registries said of its digests.
+    pub pulls: Option<pulls::Pulls>,
 }
 
 /// A catalog's channel head that is not a plan's target.
@@ -135,6 +140,18 @@ struct Judgeable {
     after: Loaded,
 }
 
+/// One target, prepared: what it replaces and changes, the allowlists
+/// before and after it, the policy's warning about them (an allowlist that
+/// promotes nothing, where that only reports), and what `--registry` asks
+/// of it.
+struct Prepared {
+    outcome: TargetOutcome,
+    before: Loaded,
+    after: Loaded,
+    warning: Option<&'static str>,
+    asks: Vec<crate::registry::verify::Subject>,
+}
+
 /// Reads the plans `inputs` names, and judges every object of the cluster
 /// by the allowlist in force and by the one each pending target leaves.
 pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
@@ -147,14 +164,9 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
             .map(|p| (format!("InstallPlan {}", p.at()), p.at(), p))
             .collect(),
     };
-    let mut extra = Vec::new();
-    for csvs in inputs.csvs {
-        match audit::installed::read(connection, csvs).await {
-            Ok(sources) => extra.extend(sources),
-            Err(e) => found.errors.push(e.message().to_owned()),
-        }
-    }
+    let extra = extra_csvs(connection, inputs.csvs, &mut found).await;
     let mut judgeable = Vec::new();
+    let mut asks = pulls::Asks::default();
     let mut namespaces = Namespaces::default();
     let none = Namespace::default();
     // Plans are superseded; a file target is the one the person named.
@@ -182,34 +194,56 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
                 continue;
             };
             let by = found.plans[at].label.clone();
-            let prepared = prepare(inputs, context, &extra, (&plan, &by), target, &csv);
-            if let Ok((_, _, _, Some(warning))) = &prepared {
-                found.notes.push((*warning).to_owned());
+            let mut prepared = match prepare(inputs, context, &extra, (&plan, &by), target, &csv) {
+                Ok(p) => p,
+                Err(e) => {
+                    found.errors.push(e);
+                    continue;
+                }
+            };
+            if let Some(warning) = prepared.warning {
+                found.notes.push(warning.to_owned());
             }
-            match prepared {
-                // A fresh install only adds to what is promoted: no object
-                // the cluster runs changes its verdict, only the change
-                // list applies.
-                Ok((outcome, ..)) if outcome.replaced.is_none() => found.plans[at].targets.push(outcome),
-                Ok((outcome, before, after, _)) => judgeable.push(Judgeable {
+            if inputs.registry.is_some() {
+                asks.add(at, &mut prepared);
+            }
+            // A fresh install only adds to what is promoted: no object the
+            // cluster runs changes its verdict, only the change list
+            // applies.
+            if prepared.outcome.replaced.is_none() {
+                found.plans[at].targets.push(prepared.outcome);
+            } else {
+                judgeable.push(Judgeable {
                     plan: at,
-                    outcome,
-                    before,
-                    after,
-                }),
-                Err(e) => found.errors.push(e),
+                    outcome: prepared.outcome,
+                    before: prepared.before,
+                    after: prepared.after,
+                });
             }
         }
     }
     judge_all(connection, inputs, judgeable, &mut found).await;
+    if let Some(asking) = &inputs.registry {
+        asks.ask(connection, asking, inputs.quiet, &mut found).await;
+    }
     ended(&inputs.plans, &mut found);
     found
 }
 
-/// One target, ready to be judged: what it replaces and changes, the
-/// allowlists before and after it, and the policy's warning about them
-/// (an allowlist that promotes nothing, where that only reports). `by`
-/// names the plan as reports do.
+/// The CSVs `--allowlist-csv` names, promoted beside each plan's
+/// namespace's own.
+async fn extra_csvs(connection: &Connection, named: &[Csvs], found: &mut Preflight) -> Vec<Source> {
+    let mut extra = Vec::new();
+    for csvs in named {
+        match audit::installed::read(connection, csvs).await {
+            Ok(sources) => extra.extend(sources),
+            Err(e) => found.errors.push(e.message().to_owned()),
+        }
+    }
+    extra
+}
+
+/// One target, ready to be judged. `by` names the plan as reports do.
 fn prepare(
     inputs: &Inputs<'_>,
     context: &Namespace,
@@ -217,11 +251,13 @@ fn prepare(
     (plan, by): (&Plan, &str),
     target: &plan::Target,
     csv: &Value,
-) -> Result<(TargetOutcome, Loaded, Loaded, Option<&'static str>), String> {
+) -> Result<Prepared, String> {
     let subscription = context.installed_by(plan);
     let replaced = replaced::replaced(target, csv, subscription, &context.installed)
         .map(|(i, why)| (i.name.clone(), why));
     let planned = Source::planned_csv(by, csv);
+    // The target's own promotions: what changes, and what --registry asks.
+    let own = release(&planned.name, csv);
     let (before, after, warning) = allowlists(
         inputs,
         &context.sources,
@@ -236,11 +272,29 @@ fn prepare(
             .as_deref()
             .and_then(|p| moved_past(&before.allowlist, p, &target.csv)),
         package,
-        changes: release_changes(context, replaced.as_ref(), csv),
+        changes: own
+            .as_ref()
+            .map(|own| release_changes(context, replaced.as_ref(), (own, csv)))
+            .unwrap_or_default(),
         replaced,
         concerned: Vec::new(),
+        pulls: None,
     };
-    Ok((outcome, before, after, warning))
+    Ok(Prepared {
+        outcome,
+        before,
+        after,
+        warning,
+        asks: own.as_ref().map(pulls::subjects).unwrap_or_default(),
+    })
+}
+
+/// A release's promotions, read on their own (a CSV it cannot load as
+/// fails to load in the allowlists too, and is said there).
+fn release(name: &str, csv: &Value) -> Option<Allowlist> {
+    allowlist::load_text(name, &csv.to_string())
+        .ok()
+        .map(|l| l.allowlist)
 }
 
 /// The end of a run: an error or a note the targets' allowlists share said
@@ -544,18 +598,16 @@ fn allowlists(
 
 /// What the target CSV `csv` changes against the release it replaces (an
 /// installed CSV of `context`), each release's promotions read on their own.
-fn release_changes(context: &Namespace, replaced: Option<&(String, Why)>, csv: &Value) -> Vec<Change> {
-    let list = |csv: &Value| {
-        allowlist::load_text("release.json", &csv.to_string())
-            .ok()
-            .map(|l| l.allowlist)
-    };
+fn release_changes(
+    context: &Namespace,
+    replaced: Option<&(String, Why)>,
+    target: (&Allowlist, &Value),
+) -> Vec<Change> {
     let old_csv = replaced.and_then(|(name, _)| context.csv(name));
-    let old: Option<(Allowlist, &Value)> = old_csv.as_ref().and_then(|v| Some((list(v)?, v)));
-    match list(csv) {
-        Some(new) => changes::between(old.as_ref().map(|(l, v)| (l, *v)), (&new, csv)),
-        None => Vec::new(),
-    }
+    let old: Option<(Allowlist, &Value)> = old_csv
+        .as_ref()
+        .and_then(|v| Some((release("release.json", v)?, v)));
+    changes::between(old.as_ref().map(|(l, v)| (l, *v)), target)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! the objects it concerns by category, and one verdict line; as text or as
 //! JSON (`upgrade` beside `results` as `audit` writes them). And its exit
 //! code: 2 when something could not be read, else 1 when an object is or
-//! will be stale, else 0.
+//! will be stale or a digest will not pull, else 2 when a registry could
+//! not answer, else 0.
 
 use std::fmt::Write;
 use std::time::SystemTime;
@@ -13,21 +14,47 @@ use super::changes::Change;
 use super::{PlanOutcome, Preflight, TargetOutcome};
 use crate::judge::ImageVerdict;
 use crate::reference::short_digest;
+use crate::registry::verify::Verification;
 use crate::report::{ObjectReport, UpgradeChange, owner_chain};
 
-/// The exit code: never 0 for what was not read.
+/// The exit code: never 0 for what was not read or not answered.
 pub fn exit_code(found: &Preflight) -> u8 {
-    if !found.errors.is_empty() {
-        2
-    } else if targets(found).any(|t| {
+    let stale = |t: &TargetOutcome| {
         t.concerned
             .iter()
             .any(|c| c.change != UpgradeChange::FixedByUpgrade)
-    }) {
+    };
+    if !found.errors.is_empty() {
+        2
+    } else if targets(found).any(|t| stale(t) || !pulls(t).0.is_empty()) {
         1
+    } else if targets(found).any(|t| !pulls(t).1.is_empty()) {
+        2
     } else {
         0
     }
+}
+
+/// A target's digests that will not pull, and those not answered for.
+fn pulls(t: &TargetOutcome) -> (&[Verification], &[Verification]) {
+    t.pulls
+        .as_ref()
+        .map_or((&[], &[]), |p| (&p.unpullable, &p.unverifiable))
+}
+
+/// How the verdict names digests: the first few in full (to copy into a
+/// mirroring tool), the rest counted.
+fn references(found: &[Verification]) -> String {
+    const NAMED: usize = 5;
+    let mut out: Vec<String> = found
+        .iter()
+        .take(NAMED)
+        .map(|v| format!("{}@{}", v.repository, v.digest))
+        .collect();
+    if found.len() > NAMED {
+        out.push(format!("and {} more listed above", found.len() - NAMED));
+    }
+    out.join(", ")
 }
 
 fn targets(found: &Preflight) -> impl Iterator<Item = &TargetOutcome> {
@@ -44,20 +71,45 @@ pub fn verdict(t: &TargetOutcome) -> String {
         count(t, UpgradeChange::StaleAfterUpgrade),
         count(t, UpgradeChange::AlreadyStale),
     );
-    match (stale, already) {
-        (0, 0) if t.replaced.is_none() => {
+    let (unpullable, unverifiable) = pulls(t);
+    let mut blocking = Vec::new();
+    if stale > 0 {
+        blocking.push(format!(
+            "approving leaves {stale} object{} on images the new release does not promote, and the webhook rewrites what is written, not what is stored; update {} to the digests named above with the approval (for manifests in git: digest-gate check --fix against the new release)",
+            plural(stale, "", "s"),
+            if stale == 1 { "it" } else { "them" }
+        ));
+    }
+    if !unpullable.is_empty() {
+        blocking.push(format!(
+            "{} digest{} the new release promotes will not pull where this cluster pulls from; mirror {} first: {}",
+            unpullable.len(),
+            plural(unpullable.len(), "", "s"),
+            if unpullable.len() == 1 { "it" } else { "them" },
+            references(unpullable)
+        ));
+    }
+    if !blocking.is_empty() {
+        return format!("do not approve yet: {}", blocking.join("; and "));
+    }
+    if !unverifiable.is_empty() {
+        return format!(
+            "not known to be safe: the registry did not answer for {} digest{} the new release promotes ({}); run again once it does",
+            unverifiable.len(),
+            plural(unverifiable.len(), "", "s"),
+            references(unverifiable)
+        );
+    }
+    // Nothing blocks: stale objects and digests that will not pull said so.
+    match already {
+        0 if t.replaced.is_none() => {
             "safe to approve: a fresh install replaces nothing, so nothing the cluster runs changes its verdict"
                 .to_owned()
         }
-        (0, 0) => "safe to approve".to_owned(),
-        (0, n) => format!(
+        0 => "safe to approve".to_owned(),
+        n => format!(
             "the upgrade breaks nothing; {n} object{} already stale",
             plural(n, " is", "s are")
-        ),
-        (n, _) => format!(
-            "do not approve yet: approving leaves {n} object{} on images the new release does not promote, and the webhook rewrites what is written, not what is stored; update {} to the digests named above with the approval (for manifests in git: digest-gate check --fix against the new release)",
-            plural(n, "", "s"),
-            if n == 1 { "it" } else { "them" }
         ),
     }
 }
@@ -129,8 +181,41 @@ fn plan_text(plan: &PlanOutcome, now: SystemTime, out: &mut String) {
         for c in &t.concerned {
             object_text(&c.report, out);
         }
+        pulls_text(t, out);
         let _ = writeln!(out, "  verdict: {}: {}", t.csv, verdict(t));
     }
+}
+
+/// One line per digest that will not, or may not, pull; and how many
+/// were asked about.
+fn pulls_text(t: &TargetOutcome, out: &mut String) {
+    let Some(p) = &t.pulls else { return };
+    let (unpullable, unverifiable) = pulls(t);
+    for (category, found) in [
+        ("unpullable_after_upgrade", unpullable),
+        ("unverifiable", unverifiable),
+    ] {
+        for v in found {
+            let at = v
+                .location
+                .as_deref()
+                .map(|l| format!(" at {l}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    {category}: {}@{} ({}{at}): {}",
+                v.repository, v.digest, v.state, v.detail
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "    registry: {} digest{} asked, {} will not pull, {} not answered",
+        p.checked,
+        plural(p.checked, "", "s"),
+        unpullable.len(),
+        unverifiable.len()
+    );
 }
 
 /// What a catalog given with --allowlist says of the target: its channel
@@ -189,23 +274,42 @@ fn object_text(r: &ObjectReport, out: &mut String) {
     }
 }
 
-/// The SARIF report: the categories are the rules.
+/// The SARIF report: the categories are the rules, and with `--registry`
+/// what will not pull.
 pub fn sarif(found: &Preflight) -> String {
-    let targets: Vec<(String, &ObjectReport)> = found
+    let named: Vec<(String, &TargetOutcome)> = found
         .plans
         .iter()
         .flat_map(|p| {
-            p.targets.iter().flat_map(move |t| {
-                t.concerned
-                    .iter()
-                    .map(move |c| (format!("{}: {}", p.label, t.csv), &c.report))
-            })
+            p.targets
+                .iter()
+                .map(move |t| (format!("{}: {}", p.label, t.csv), t))
         })
         .collect();
+    let concerned = named
+        .iter()
+        .flat_map(|(name, t)| t.concerned.iter().map(move |c| (name.as_str(), &c.report)));
+    let pulls: Vec<crate::sarif::PullFinding<'_>> = named
+        .iter()
+        .flat_map(|(name, t)| {
+            let (unpullable, unverifiable) = pulls(t);
+            unpullable
+                .iter()
+                .chain(unverifiable)
+                .map(move |v| crate::sarif::PullFinding {
+                    target: name,
+                    reference: format!("{}@{}", v.repository, v.digest),
+                    state: v.state,
+                    detail: &v.detail,
+                })
+        })
+        .collect();
+    let asked = named.iter().any(|(_, t)| t.pulls.is_some());
     let doc = crate::sarif::upgrade_document(
         &found.errors,
         &found.notes,
-        targets.iter().map(|(t, r)| (t.as_str(), *r)),
+        concerned,
+        asked.then_some(pulls.as_slice()),
     );
     let mut text = serde_json::to_string_pretty(&doc).expect("reports serialise");
     text.push('\n');
@@ -243,7 +347,17 @@ struct Upgrade<'a> {
     /// A catalog's channel head that is not the target.
     #[serde(rename = "channelHead", skip_serializing_if = "Option::is_none")]
     channel_head: Option<String>,
+    /// With `--registry`: what the registries said of its digests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registry: Option<JsonPulls<'a>>,
     verdict: String,
+}
+
+#[derive(Serialize)]
+struct JsonPulls<'a> {
+    checked: usize,
+    unpullable_after_upgrade: &'a [Verification],
+    unverifiable: &'a [Verification],
 }
 
 #[derive(Serialize)]
@@ -276,6 +390,12 @@ struct Summary {
     stale_after_upgrade: usize,
     already_stale: usize,
     fixed_by_upgrade: usize,
+    /// Digests that will not pull, and those not answered for (with
+    /// `--registry`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unpullable_after_upgrade: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unverifiable: Option<usize>,
 }
 
 /// The JSON report.
@@ -301,6 +421,11 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
         }
         for t in &plan.targets {
             doc.summary.targets += 1;
+            if t.pulls.is_some() {
+                let (unpullable, unverifiable) = pulls(t);
+                *doc.summary.unpullable_after_upgrade.get_or_insert(0) += unpullable.len();
+                *doc.summary.unverifiable.get_or_insert(0) += unverifiable.len();
+            }
             doc.upgrade.push(upgrade(plan, t, now));
             for c in &t.concerned {
                 *match c.change {
@@ -351,6 +476,11 @@ fn upgrade<'a>(plan: &PlanOutcome, t: &'a TargetOutcome, now: SystemTime) -> Upg
         added: of(Change::is_added),
         dropped: of(Change::is_dropped),
         channel_head: head_line(t),
+        registry: t.pulls.as_ref().map(|p| JsonPulls {
+            checked: p.checked,
+            unpullable_after_upgrade: &p.unpullable,
+            unverifiable: &p.unverifiable,
+        }),
         verdict: verdict(t),
     }
 }

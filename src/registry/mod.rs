@@ -84,7 +84,13 @@ pub fn verify_allowlist(
     options: &verify::Options,
     quiet: bool,
 ) -> Result<render::VerifyReport, VerifyError> {
-    block_on(run(list, verify::subjects(list), settings, options, quiet))?
+    block_on(verify_subjects(
+        list.mirror_rules(),
+        verify::subjects(list),
+        settings,
+        options,
+        quiet,
+    ))?
 }
 
 /// Runs a command's verification on a runtime of its own: two workers are
@@ -98,9 +104,10 @@ pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, VerifyEr
     Ok(runtime.block_on(future))
 }
 
-/// Verifies `subjects`, with a progress bar on a terminal unless `quiet`.
-async fn run(
-    list: &crate::allowlist::Allowlist,
+/// Verifies `subjects` where `rules` say nodes pull them from, with a
+/// progress bar on a terminal unless `quiet`.
+pub async fn verify_subjects(
+    rules: &[crate::allowlist::MirrorRule],
     subjects: Vec<verify::Subject>,
     settings: client::RegistrySettings,
     options: &verify::Options,
@@ -111,7 +118,7 @@ async fn run(
     let progress = progress(subjects.len(), quiet);
     let images = verify::verify(
         &registries,
-        list.mirror_rules(),
+        rules,
         subjects,
         options,
         in_flight,
@@ -186,7 +193,7 @@ pub async fn verify_references(
             promotions: verify::promotions_of(list, &pinned.repository, &pinned.digest),
         })
         .collect();
-    let report = run(list, subjects, settings, options, quiet).await?;
+    let report = verify_subjects(list.mirror_rules(), subjects, settings, options, quiet).await?;
     let mut published = crate::published::Published::default();
     for v in &report.images {
         let known = crate::published::Known {

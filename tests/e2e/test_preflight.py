@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import pathlib
 import shlex
 import subprocess
 
@@ -379,6 +380,126 @@ def test_a_catalogs_channel_head_or_a_named_version_is_the_target(incident):
     assert code == 2 and "--catalog needs exactly one --catalog-package" in err, out + err
     code, out, err = preflight(incident, *target, "--target-version", "9.9.9")
     assert code == 2 and "no bundle in a channel at version or name '9.9.9'" in out, out + err
+
+
+@pytest.fixture(scope="module")
+def mirror(incident, tmp_path_factory):
+    """The mirror a disconnected cluster pulls registry.redhat.io/rhods
+    from: a real registry with htpasswd auth (tests/registry's harness)
+    holding a two-platform index, and a sparse copy of one whose arm64 image
+    lost its config (as oc-mirror's platform filter leaves); an allowlist
+    whose mirror rule never contacts the source; an amd64 and an arm64 Node
+    (made by hand: no kubelet runs here)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "registry"))
+    import registries as reg
+
+    work = tmp_path_factory.mktemp("pf-registry")
+    certs = work / "certs"
+    reg.make_ca(certs)
+    layout = reg.Layout(work / "layout")
+    arm64 = layout.image("linux", "arm64")
+    multi = layout.index([layout.image("linux", "amd64"), arm64])
+    layout.tag(multi, "multi")
+    with reg.Registry(work, certs, "mirror", users={"puller": "s3cret"}) as registry:
+        registry.push(layout, "multi", "rhods/multi")
+        registry.push(layout, "multi", "rhods/sparse")
+        config = json.loads((layout.path / "blobs" / "sha256" / arm64["digest"][7:]).read_text())["config"]
+        registry.delete_blob("rhods/sparse", config["digest"])
+        rules = work / "mirrors.yaml"
+        rules.write_text(json.dumps({"apiVersion": "digest-gate.dev/v1alpha1", "kind": "Allowlist",
+                                     "metadata": {"name": "disconnected"},
+                                     "spec": {"repositories": [], "mirrors": [{
+                                         "source": "registry.redhat.io/rhods", "mirrors": [f"{registry.host}/rhods"],
+                                         "mirrorSourcePolicy": "NeverContactSource"}]}}))
+        for arch in ("amd64", "arm64"):
+            incident.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"pf-{arch}", "labels": {
+                "kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}})
+
+        def target(name: str, related: dict[str, str]) -> pathlib.Path:
+            """A release of rhods-operator promoting `related` (name → digest
+            under registry.redhat.io/rhods/)."""
+            path = work / f"{name}.yaml"
+            path.write_text(json.dumps({
+                "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+                "metadata": {"name": f"rhods-operator.{name}"},
+                "spec": {"version": name, "relatedImages": [
+                    {"name": n, "image": f"registry.redhat.io/rhods/{n}@{d}"} for n, d in related.items()]}}))
+            return path
+
+        yield {"rules": rules, "ca": certs / "ca.crt", "host": registry.host, "work": work, "target": target,
+               "multi": multi["digest"], "auth": reg.auth_file(work / "auth.json", {registry.host: ("puller", "s3cret")}),
+               "refused": reg.auth_file(work / "refused.json", {registry.host: ("puller", "wrong")})}
+    for arch in ("amd64", "arm64"):
+        incident.kubectl("delete", "node", f"pf-{arch}")
+
+
+def pulls(cluster, mirror: dict, csv: pathlib.Path, *args: str, auth: str = "auth") -> tuple[int, str, str]:
+    """--registry against the mirror; only a namespace with no workloads is
+    read, so what the registry says decides alone."""
+    r = against(cluster.kubeconfig, "preflight", "--csv", str(csv), "-n", OTHERS, "--allowlist",
+                str(mirror["rules"]), "--registry", "--registry-ca", str(mirror["ca"]), "--registry-auth",
+                str(mirror[auth]), "--registry-timeout", "10s", *args)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_registry_names_the_digests_that_will_not_pull_where_the_cluster_pulls(incident, mirror):
+    never = "sha256:" + "7ef272bc" * 8
+    csv = mirror["target"]("1.22.0", {"multi": mirror["multi"], "sparse": mirror["multi"], "gone": never})
+    code, out, err = pulls(incident, mirror, csv)
+    assert code == 1, out + err
+    host = mirror["host"]
+    assert (f"unpullable_after_upgrade: registry.redhat.io/rhods/gone@{never} (missing): "
+            f"{host} does not have this manifest (MANIFEST_UNKNOWN)") in out, out
+    # The nodes' arm64 cannot run the sparse copy.
+    assert any(line.strip().startswith(f"unpullable_after_upgrade: registry.redhat.io/rhods/sparse@{mirror['multi']} "
+                                       f"(platform-missing at {host}/rhods/sparse)") and "linux/arm64" in line
+               for line in out.splitlines()), out
+    assert "registry: 3 digests asked, 2 will not pull, 0 not answered" in out, out
+    assert (f"verdict: rhods-operator.1.22.0: do not approve yet: 2 digests the new release promotes will not pull "
+            f"where this cluster pulls from; mirror them first: registry.redhat.io/rhods/gone@{never}, "
+            f"registry.redhat.io/rhods/sparse@{mirror['multi']}") in out, out
+    code, out, err = pulls(incident, mirror, csv, "-o", "sarif")
+    document = json.loads(out)
+    jsonschema.Draft7Validator(json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text())) \
+        .validate(document)
+    run = document["runs"][0]
+    ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert ids[3:] == ["unpullable_after_upgrade", "unverifiable_after_upgrade"], ids
+    assert sorted(r["properties"]["state"] for r in run["results"]) == ["missing", "platform-missing"], run["results"]
+    # Named platforms replace the nodes': amd64 alone pulls the sparse copy.
+    code, out, err = pulls(incident, mirror, csv, "--platform", "linux/amd64", "-o", "json")
+    doc = json.loads(out)
+    assert [v["repository"] for v in doc["upgrade"][0]["registry"]["unpullable_after_upgrade"]] == \
+        ["registry.redhat.io/rhods/gone"], out
+    assert doc["summary"]["unpullable_after_upgrade"] == 1 and code == 1, out
+
+
+def test_the_docs_registry_sample_says_what_it_prints(incident, mirror):
+    never = "sha256:" + "7ef272bc" * 8
+    csv = mirror["target"]("1.22.0", {"multi": mirror["multi"], "sparse": mirror["multi"], "gone": never})
+    (step,) = docs_sample("preflight-registry")
+    argv = shlex.split(step.command.replace("rhods-operator.1.22.0.yaml", str(csv))
+                       .replace("mirrors.yaml", str(mirror["rules"])))
+    assert argv[:3] == ["digest-gate", "preflight", "--csv"], argv
+    # The sample's registry is the loopback mirror, read with its CA and
+    # credentials; only a namespace without workloads is read.
+    r = against(incident.kubeconfig, *argv[1:], "-n", OTHERS, "--registry-ca", str(mirror["ca"]),
+                "--registry-auth", str(mirror["auth"]))
+    assert r.returncode == 1, r.stdout + r.stderr
+    for line in step.prints:
+        assert line in r.stdout, f"`{step.command}` should print {line!r}:\n{r.stdout}{r.stderr}"
+
+
+def test_registry_refusing_the_credentials_is_exit_2_never_safe(incident, mirror):
+    csv = mirror["target"]("1.22.1", {"multi": mirror["multi"]})
+    code, out, err = pulls(incident, mirror, csv)
+    assert code == 0, out + err
+    assert "verdict: rhods-operator.1.22.1: safe to approve" in out, out
+    code, out, err = pulls(incident, mirror, csv, auth="refused")
+    assert code == 2, out + err
+    assert "unverifiable: registry.redhat.io/rhods/multi@" in out and "401" in out, out
+    assert "verdict: rhods-operator.1.22.1: not known to be safe: the registry did not answer for 1 digest" in out, out
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
