@@ -64,7 +64,8 @@ pub enum Command {
     /// included), the cluster unreachable, or a kind it serves could not be
     /// read.
     Audit(Box<AuditArgs>),
-    /// Delete the PolicyReports and Events that `audit` wrote.
+    /// Delete the PolicyReports and Events that `audit` (and `preflight`)
+    /// wrote.
     ///
     /// With --owner, only those a release's background audit wrote (owned
     /// by its ClusterRole); the chart's pre-delete hook runs this on `helm

@@ -106,6 +106,11 @@ pub struct PreflightArgs {
     pub platforms: Vec<crate::published::Platform>,
     #[command(flatten)]
     pub registry_access: crate::registry::RegistryArgs,
+    /// Write each judged plan's findings as wgpolicyk8s.io PolicyReports
+    /// named digest-gate-preflight-<plan or target> in the namespaces of the
+    /// objects they list (never the audit's; `cleanup` removes both).
+    #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS")]
+    pub policy_reports: bool,
     /// No progress on standard error (drawn only on a terminal anyway).
     #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
     pub quiet: bool,
@@ -205,6 +210,7 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         },
         quiet: args.quiet,
         registry,
+        policy_reports: args.policy_reports,
     };
     let found = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings())

@@ -144,6 +144,30 @@ mod tests {
         }
     }
 
+    /// A run that judged one plan, `ops/install-x`, with one target.
+    fn one_plan(
+        target: crate::preflight::TargetOutcome,
+        objects: usize,
+        errors: &[&str],
+        created: Option<&str>,
+    ) -> crate::preflight::Preflight {
+        crate::preflight::Preflight {
+            plans: vec![crate::preflight::PlanOutcome {
+                label: "InstallPlan ops/install-x".into(),
+                id: "ops/install-x".into(),
+                created: created.map(Into::into),
+                passed_over: None,
+                report: "install-x".into(),
+                object: None,
+                targets: vec![target],
+            }],
+            objects,
+            errors: errors.iter().map(|e| (*e).to_owned()).collect(),
+            notes: Vec::new(),
+            covered: None,
+        }
+    }
+
     #[test]
     fn the_verdict_and_the_exit_code_follow_the_worst_category() {
         let policy = Policy::default();
@@ -163,18 +187,7 @@ mod tests {
             ),
             pulls: None,
         };
-        let run = |digests: &[&str], errors: &[&str]| crate::preflight::Preflight {
-            plans: vec![crate::preflight::PlanOutcome {
-                label: "InstallPlan ops/install-x".into(),
-                id: "ops/install-x".into(),
-                created: None,
-                passed_over: None,
-                targets: vec![target(digests)],
-            }],
-            objects: digests.len(),
-            errors: errors.iter().map(|e| (*e).to_owned()).collect(),
-            notes: Vec::new(),
-        };
+        let run = |digests: &[&str], errors: &[&str]| one_plan(target(digests), digests.len(), errors, None);
         let verdict = |digests: &[&str]| render::verdict(&target(digests));
         assert_eq!(verdict(&[NEW]), "safe to approve");
         let fresh = crate::preflight::TargetOutcome {
@@ -216,32 +229,24 @@ mod tests {
         use crate::preflight::pulls::Pulls;
         use crate::published::State;
         let policy = Policy::default();
-        let run = |digests: &[&str], pulls: Pulls| crate::preflight::Preflight {
-            plans: vec![crate::preflight::PlanOutcome {
-                label: "InstallPlan ops/install-x".into(),
-                id: "ops/install-x".into(),
-                created: None,
-                passed_over: None,
-                targets: vec![crate::preflight::TargetOutcome {
-                    csv: "rhods-operator.1.21.0".into(),
-                    package: Some("rhods-operator".into()),
-                    replaced: Some((
-                        "rhods-operator.1.20.1".into(),
-                        crate::preflight::replaced::Why::Step,
-                    )),
-                    changes: Vec::new(),
-                    head: None,
-                    concerned: concerned(
-                        &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
-                        0,
-                        1,
-                    ),
-                    pulls: Some(pulls),
-                }],
-            }],
-            objects: digests.len(),
-            errors: Vec::new(),
-            notes: Vec::new(),
+        let run = |digests: &[&str], pulls: Pulls| {
+            let target = crate::preflight::TargetOutcome {
+                csv: "rhods-operator.1.21.0".into(),
+                package: Some("rhods-operator".into()),
+                replaced: Some((
+                    "rhods-operator.1.20.1".into(),
+                    crate::preflight::replaced::Why::Step,
+                )),
+                changes: Vec::new(),
+                head: None,
+                concerned: concerned(
+                    &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
+                    0,
+                    1,
+                ),
+                pulls: Some(pulls),
+            };
+            one_plan(target, digests.len(), &[], None)
         };
         let missing = || Pulls {
             checked: 3,
@@ -302,29 +307,19 @@ mod tests {
     #[test]
     fn the_json_report_counts_by_category_and_names_each_target() {
         let policy = Policy::default();
-        let found = crate::preflight::Preflight {
-            plans: vec![crate::preflight::PlanOutcome {
-                label: "InstallPlan ops/install-x".into(),
-                id: "ops/install-x".into(),
-                created: Some("2026-12-07T10:00:00Z".into()),
-                passed_over: None,
-                targets: vec![crate::preflight::TargetOutcome {
-                    csv: "rhods-operator.1.21.0".into(),
-                    package: Some("rhods-operator".into()),
-                    replaced: Some((
-                        "rhods-operator.1.20.1".into(),
-                        crate::preflight::replaced::Why::Subscription,
-                    )),
-                    changes: Vec::new(),
-                    concerned: concerned(&[compared(OLD, &policy), compared(INCIDENT, &policy)], 0, 1),
-                    head: None,
-                    pulls: None,
-                }],
-            }],
-            objects: 2,
-            errors: Vec::new(),
-            notes: Vec::new(),
+        let target = crate::preflight::TargetOutcome {
+            csv: "rhods-operator.1.21.0".into(),
+            package: Some("rhods-operator".into()),
+            replaced: Some((
+                "rhods-operator.1.20.1".into(),
+                crate::preflight::replaced::Why::Subscription,
+            )),
+            changes: Vec::new(),
+            concerned: concerned(&[compared(OLD, &policy), compared(INCIDENT, &policy)], 0, 1),
+            head: None,
+            pulls: None,
         };
+        let found = one_plan(target, 2, &[], Some("2026-12-07T10:00:00Z"));
         let now = humantime::parse_rfc3339("2026-12-07T12:05:30Z").unwrap();
         let doc: Value = serde_json::from_str(&render::json(&found, now)).unwrap();
         assert_eq!(doc["summary"]["stale_after_upgrade"], 1);

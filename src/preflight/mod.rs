@@ -19,6 +19,7 @@ pub mod plan;
 pub mod pulls;
 pub mod render;
 pub mod replaced;
+pub mod reports;
 
 use std::collections::BTreeMap;
 
@@ -61,6 +62,9 @@ pub struct Inputs<'a> {
     pub quiet: bool,
     /// `--registry`: also ask whether each target's digests can be pulled.
     pub registry: Option<pulls::Asking>,
+    /// `--policy-reports`: write `digest-gate-preflight-<plan or target>`
+    /// reports.
+    pub policy_reports: bool,
 }
 
 /// One plan, and what became of it.
@@ -74,7 +78,31 @@ pub struct PlanOutcome {
     pub created: Option<String>,
     /// Why it was not judged; `None`: its targets were.
     pub passed_over: Option<String>,
+    /// What its policy reports are named after: the plan's name, or a file
+    /// target's CSV.
+    pub report: String,
+    /// The cluster object it is (the InstallPlan, or the Subscription a
+    /// file target would upgrade), as a report's result names it.
+    pub object: Option<Value>,
     pub targets: Vec<TargetOutcome>,
+}
+
+impl PlanOutcome {
+    /// A plan about to be judged; `file`: a target read from a file.
+    fn new(label: String, id: String, plan: &Plan, file: bool) -> Self {
+        Self {
+            label,
+            id,
+            created: plan.created.clone(),
+            passed_over: None,
+            report: match file {
+                true => plan.targets.first().map(|t| t.csv.clone()).unwrap_or_default(),
+                false => plan.name.clone(),
+            },
+            object: reports::object_of(plan, file),
+            targets: Vec::new(),
+        }
+    }
 }
 
 /// One CSV a plan would install, judged.
@@ -130,6 +158,8 @@ pub struct Preflight {
     /// What could not be read or used: a run with errors is never "safe".
     pub errors: Vec<String>,
     pub notes: Vec<String>,
+    /// Where the objects were read (none: no object was).
+    pub covered: Option<audit::Covered>,
 }
 
 /// A target ready to be judged: its plan, its CSV and the two allowlists.
@@ -173,13 +203,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     let file = matches!(inputs.plans, Plans::File(_));
     for (label, id, plan) in plans {
         let at = found.plans.len();
-        found.plans.push(PlanOutcome {
-            label,
-            id,
-            created: plan.created.clone(),
-            passed_over: None,
-            targets: Vec::new(),
-        });
+        found.plans.push(PlanOutcome::new(label, id, &plan, file));
         if !file && let Some(why) = superseded(connection, &plan, &mut namespaces, &mut found).await {
             found.plans[at].passed_over = Some(why);
             continue;
@@ -225,6 +249,9 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     judge_all(connection, inputs, judgeable, &mut found).await;
     if let Some(asking) = &inputs.registry {
         asks.ask(connection, asking, inputs.quiet, &mut found).await;
+    }
+    if inputs.policy_reports {
+        reports::write(connection, &mut found).await;
     }
     ended(&inputs.plans, &mut found);
     found
@@ -346,6 +373,7 @@ async fn judge_all(
     match read {
         Ok(audited) => {
             found.objects = audited.report.summary.objects;
+            found.covered = Some(audited.covered);
             found.errors.extend(audited.report.errors);
             found.notes.extend(audited.report.notes);
             for (i, mut j) in judgeable.into_iter().enumerate() {

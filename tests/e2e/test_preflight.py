@@ -475,6 +475,19 @@ def test_registry_names_the_digests_that_will_not_pull_where_the_cluster_pulls(i
     assert doc["summary"]["unpullable_after_upgrade"] == 1 and code == 1, out
 
 
+def test_what_will_not_pull_is_reported_on_the_subscription(report_crds, mirror):
+    never = "sha256:" + "7ef272bc" * 8
+    csv = mirror["target"]("1.22.0", {"multi": mirror["multi"], "gone": never})
+    code, out, err = pulls(report_crds, mirror, csv, "--policy-reports")
+    assert code == 1, out + err
+    report = report_crds.get(POLICY_REPORT, "digest-gate-preflight-rhods-operator.1.22.0", OPERATORS)
+    (result,) = report["results"]
+    assert (result["rule"], result["result"], result["resources"][0]["kind"], result["resources"][0]["name"]) == \
+        ("unpullable_after_upgrade", "fail", "Subscription", "rhods-operator"), result
+    assert result["properties"]["image"] == f"registry.redhat.io/rhods/gone@{never}", result
+    assert against(report_crds.kubeconfig, "cleanup").returncode == 0
+
+
 def test_the_docs_registry_sample_says_what_it_prints(incident, mirror):
     never = "sha256:" + "7ef272bc" * 8
     csv = mirror["target"]("1.22.0", {"multi": mirror["multi"], "sparse": mirror["multi"], "gone": never})
@@ -500,6 +513,63 @@ def test_registry_refusing_the_credentials_is_exit_2_never_safe(incident, mirror
     assert code == 2, out + err
     assert "unverifiable: registry.redhat.io/rhods/multi@" in out and "401" in out, out
     assert "verdict: rhods-operator.1.22.1: not known to be safe: the registry did not answer for 1 digest" in out, out
+
+
+@pytest.fixture(scope="module")
+def report_crds(incident):
+    """The wgpolicyk8s.io CRDs the chart ships."""
+    for crd in sorted((ROOT / "charts" / "digest-gate" / "files" / "policyreport").glob("*.yaml")):
+        incident.kubectl("apply", "-f", str(crd))
+    for crd in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
+        incident.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    return incident
+
+
+POLICY_REPORT = "policyreports.v1alpha2.wgpolicyk8s.io"
+PREFLIGHT_REPORT = "digest-gate-preflight-install-gzip"
+
+
+def note(stdout: str, prefix: str) -> str:
+    (line,) = [line for line in stdout.splitlines() if line.startswith(f"note: {prefix}: ")]
+    return line.removeprefix(f"note: {prefix}: ")
+
+
+def test_policy_reports_are_written_beside_the_audits_rerun_unchanged_and_cleaned_up(report_crds):
+    cluster = report_crds
+    r = against(cluster.kubeconfig, "audit", "--namespace-selector", SELECTOR, "--allowlist-csv", OPERATORS,
+                "--policy-reports")
+    assert r.returncode == 1, r.stdout + r.stderr
+    audits = {ns: cluster.get(POLICY_REPORT, "digest-gate", ns)["metadata"]["resourceVersion"] for ns in (MODELS, APPS)}
+    run = ("--installplan", f"{OPERATORS}/install-gzip", "--policy-reports")
+    code, out, err = preflight(cluster, *run)
+    assert code == 1, out + err
+    assert note(out, f"policy reports {PREFLIGHT_REPORT}") == "2 created, 0 updated, 0 unchanged", out
+    models = cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, MODELS)
+    assert models["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "digest-gate"
+    by_object = {(r["resources"][0]["kind"], r["resources"][0]["name"]): (r["rule"], r["result"])
+                 for r in models["results"]}
+    assert by_object[("ServingRuntime", "ovms")] == ("stale_after_upgrade", "fail"), by_object
+    assert all(r["policy"] == "digest-gate-preflight" and r["properties"]["target"] == NEW
+               for r in models["results"]), models["results"]
+    (config,) = cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, APPS)["results"]
+    assert (config["rule"], config["result"], config["resources"][0]["name"]) == \
+        ("already_stale", "warn", "servingruntimes-config"), config
+    # The audit's reports are not touched.
+    assert {ns: cluster.get(POLICY_REPORT, "digest-gate", ns)["metadata"]["resourceVersion"]
+            for ns in (MODELS, APPS)} == audits
+    # A rerun that finds the same writes nothing.
+    versions = {ns: cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, ns)["metadata"]["resourceVersion"]
+                for ns in (MODELS, APPS)}
+    code, out, err = preflight(cluster, *run)
+    assert note(out, f"policy reports {PREFLIGHT_REPORT}") == "0 created, 0 updated, 2 unchanged", out
+    assert {ns: cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, ns)["metadata"]["resourceVersion"]
+            for ns in (MODELS, APPS)} == versions
+    # `cleanup` takes back both kinds of report.
+    r = against(cluster.kubeconfig, "cleanup")
+    assert r.returncode == 0 and r.stdout.startswith("deleted 4 policy reports"), r.stdout + r.stderr
+    for ns in (MODELS, APPS):
+        assert cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, ns) is None
+        assert cluster.get(POLICY_REPORT, "digest-gate", ns) is None
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):

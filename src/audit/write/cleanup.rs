@@ -31,7 +31,8 @@ pub(super) fn written() -> [ApiResource; 3] {
     ]
 }
 
-/// Deletes what audits wrote: the policy reports named [`POLICY`] and the
+/// Deletes what audits and pre-flights wrote: the policy reports named
+/// [`POLICY`] or [`PREFLIGHT_PREFIX`]`…` and the
 /// [`EVENT_REASON`] Events, found by the [`MANAGED_BY`] label; with
 /// `owner_uid`, only those that owner owns (what one release's background
 /// audit wrote). The chart's pre-delete hook runs this on `helm uninstall`:
@@ -110,7 +111,7 @@ impl Item {
         let wrote = if kind == "Event" {
             self.reason.as_deref() == Some(EVENT_REASON)
         } else {
-            self.metadata.name == POLICY
+            self.metadata.name == POLICY || self.metadata.name.starts_with(PREFLIGHT_PREFIX)
         };
         wrote && owner_uid.is_none_or(|uid| self.metadata.owners.iter().any(|o| o.uid == uid))
     }

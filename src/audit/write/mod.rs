@@ -17,10 +17,14 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind, Resource};
 
 pub use cleanup::{Removed, cluster_role_owner, cluster_role_uid, remove};
 pub use events::events;
-pub use reports::{Gathered, needs_action, policy_reports};
+pub use reports::{Gathered, PullResult, needs_action, policy_reports};
 
 /// The policy name in every result, and the name of every report.
 pub const POLICY: &str = "digest-gate";
+/// The policy name in a pre-flight's results.
+pub const PREFLIGHT_POLICY: &str = "digest-gate-preflight";
+/// How a pre-flight's reports' names start (`preflight --policy-reports`).
+pub const PREFLIGHT_PREFIX: &str = "digest-gate-preflight-";
 /// The label on everything an audit writes: what it lists to find its own,
 /// and what `helm uninstall` and a person select to remove it.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "digest-gate");
@@ -191,6 +195,47 @@ mod tests {
         let kyverno =
             item(json!({"metadata": {"name": "cpol-require-labels", "namespace": "m", "uid": "k"}}));
         assert!(!kyverno.ours("PolicyReport", None));
+    }
+
+    #[test]
+    fn a_preflight_lists_each_category_under_its_own_name() {
+        use crate::report::UpgradeChange;
+        let mut object = stale_pod(&Default::default());
+        object.images[0].change = Some(UpgradeChange::AlreadyStale);
+        object.images[1].change = Some(UpgradeChange::FixedByUpgrade);
+        let mut gathered = Gathered::preflight("install-x");
+        gathered.add_upgrade(&object, "rhods-operator.1.21.0");
+        assert_eq!(gathered.name(), "digest-gate-preflight-install-x");
+        let ns = &gathered.namespaces[&Some("models".into())];
+        // What approving fixes is counted, not listed.
+        let listed: Value = serde_json::from_str(&ns.results[0]).unwrap();
+        assert_eq!(ns.results.len(), 1);
+        assert_eq!(
+            (
+                &listed["policy"],
+                &listed["rule"],
+                &listed["result"],
+                &listed["severity"]
+            ),
+            (
+                &json!("digest-gate-preflight"),
+                &json!("already_stale"),
+                &json!("warn"),
+                &json!("medium")
+            )
+        );
+        assert_eq!(listed["properties"]["target"], "rhods-operator.1.21.0");
+        let summary = summary(&ns.counts);
+        assert_eq!(
+            (&summary["warn"], &summary["pass"], &summary["fail"]),
+            (&json!(1), &json!(1), &json!(0))
+        );
+        // cleanup takes a pre-flight's reports back, and not a look-alike.
+        let item = |name: &str| {
+            serde_json::from_value::<Item>(json!({"metadata": {"name": name, "uid": "u"}})).unwrap()
+        };
+        assert!(item("digest-gate-preflight-install-x").ours("PolicyReport", None));
+        assert!(!item("digest-gate-preflightish").ours("PolicyReport", None));
     }
 
     #[test]

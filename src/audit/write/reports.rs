@@ -16,7 +16,7 @@ use crate::audit::{AuditError, Connection, Covered, Page, RequestFailure};
 use crate::judge::ImageVerdict;
 use crate::policy::{Reason, Verdict};
 use crate::published::State;
-use crate::report::{ImageReport, ObjectReport};
+use crate::report::{ImageReport, ObjectReport, UpgradeChange};
 
 /// One report's content: what is compared with the stored one.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +49,8 @@ impl Content {
 /// timestamp, and the count of every result for the summary.
 #[derive(Debug, Clone, Default)]
 pub struct Gathered {
+    /// The reports' name: [`POLICY`] for an audit's, a pre-flight's own.
+    pub(super) name: String,
     pub(super) passes: bool,
     pub(super) namespaces: BTreeMap<Option<String>, Namespace>,
 }
@@ -63,8 +65,81 @@ impl Gathered {
     /// Lists passing results too with `passes` (`--policy-reports-passes`).
     pub fn new(passes: bool) -> Self {
         Self {
+            name: POLICY.to_owned(),
             passes,
             ..Self::default()
+        }
+    }
+
+    /// A pre-flight's reports, named `digest-gate-preflight-<what>`: never
+    /// an audit's, so neither run touches the other's.
+    pub fn preflight(what: &str) -> Self {
+        Self {
+            name: format!("{PREFLIGHT_PREFIX}{what}"),
+            ..Self::default()
+        }
+    }
+
+    /// The reports' name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Adds an object's results as a pre-flight reports them: one per
+    /// image the upgrade concerns, its category the rule; `fail` for what
+    /// approving leaves stale, `warn` for what is stale either way, `pass`
+    /// for what approving fixes. `target` names the CSV.
+    pub fn add_upgrade(&mut self, object: &ObjectReport, target: &str) {
+        let results = results_of(object);
+        for (image, (_, mut value)) in object.images.iter().zip(results) {
+            let Some(change) = image.change else { continue };
+            let result = match change {
+                UpgradeChange::StaleAfterUpgrade => PolicyResult::Fail,
+                UpgradeChange::AlreadyStale => PolicyResult::Warn,
+                UpgradeChange::FixedByUpgrade => PolicyResult::Pass,
+            };
+            value["policy"] = PREFLIGHT_POLICY.into();
+            value["source"] = PREFLIGHT_POLICY.into();
+            value["rule"] = json!(change);
+            value["result"] = json!(result);
+            value["category"] = "Operator upgrade".into();
+            value["properties"]["target"] = target.into();
+            self.push(object.namespace.clone(), result, value);
+        }
+    }
+
+    /// Adds a digest the target promotes that will not (`fails`) or may
+    /// not pull, on `resource` (the InstallPlan, or the Subscription of a
+    /// target read from a file) in `namespace`.
+    pub fn add_pull(&mut self, namespace: &str, resource: Value, pull: PullResult<'_>) {
+        let (rule, result) = match pull.fails {
+            true => ("unpullable_after_upgrade", PolicyResult::Fail),
+            false => ("unverifiable_after_upgrade", PolicyResult::Warn),
+        };
+        let value = json!({
+            "policy": PREFLIGHT_POLICY,
+            "rule": rule,
+            "result": result,
+            "message": format!("{} ({}): {}", pull.reference, pull.state, pull.detail),
+            "source": PREFLIGHT_POLICY,
+            "category": "Operator upgrade",
+            "scored": true,
+            "resources": [resource],
+            "properties": {"image": pull.reference, "target": pull.target},
+        });
+        self.push(Some(namespace.to_owned()), result, value);
+    }
+
+    fn push(&mut self, namespace: Option<String>, result: PolicyResult, mut value: Value) {
+        if let Some(severity) = result.severity() {
+            value["severity"] = severity.into();
+        } else if let Some(map) = value.as_object_mut() {
+            map.remove("severity");
+        }
+        let ns = self.namespaces.entry(namespace).or_default();
+        *ns.counts.entry(result).or_default() += 1;
+        if self.passes || result.needs_action() {
+            ns.results.push(value.to_string().into());
         }
     }
 
@@ -92,6 +167,17 @@ impl Gathered {
     }
 }
 
+/// A digest a pre-flight's target promotes, as its report lists it.
+pub struct PullResult<'a> {
+    pub target: &'a str,
+    /// `repository@digest`.
+    pub reference: &'a str,
+    pub state: State,
+    pub detail: &'a str,
+    /// Whether it will not pull (else: no answer was had).
+    pub fails: bool,
+}
+
 /// Writes a PolicyReport per namespace with results (and a
 /// ClusterPolicyReport for cluster-scoped objects, when they were read), and
 /// empties the reports of covered namespaces that no longer have any.
@@ -104,7 +190,7 @@ pub async fn policy_reports(
     now: SystemTime,
 ) -> Result<Written, AuditError> {
     let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let stored = stored_reports(connection, covered, gathered.passes).await?;
+    let stored = stored_reports(connection, covered, (&gathered.name, gathered.passes)).await?;
     let mut wanted: BTreeMap<Option<String>, Option<&Namespace>> = gathered
         .namespaces
         .iter()
@@ -137,7 +223,8 @@ pub async fn policy_reports(
             written.unchanged += 1;
             continue;
         }
-        match write_report(connection, ns.as_deref(), &content, owner, old.is_some()).await {
+        let at = (&*gathered.name, ns.as_deref());
+        match write_report(connection, at, &content, owner, old.is_some()).await {
             Ok(()) if old.is_some() => written.updated += 1,
             Ok(()) => written.created += 1,
             Err(RequestFailure::Fatal(m)) => return Err(AuditError::Unreachable(m)),
@@ -218,11 +305,7 @@ pub(super) fn results_of(object: &ObjectReport) -> Vec<(PolicyResult, Value)> {
                 "resources": [resource.clone()],
                 "properties": properties,
             });
-            if let Some(severity) = match result {
-                PolicyResult::Fail => Some("high"),
-                PolicyResult::Warn => Some("medium"),
-                _ => None,
-            } {
+            if let Some(severity) = result.severity() {
                 r["severity"] = severity.into();
             }
             (result, r)
@@ -254,6 +337,14 @@ impl PolicyResult {
     /// and what Events are written for.
     pub(super) fn needs_action(self) -> bool {
         !matches!(self, Self::Pass | Self::Skip)
+    }
+
+    fn severity(self) -> Option<&'static str> {
+        match self {
+            Self::Fail => Some("high"),
+            Self::Warn => Some("medium"),
+            _ => None,
+        }
     }
 }
 
@@ -394,12 +485,12 @@ impl StoredItem {
 /// (those an earlier release wrote list every pass).
 pub(super) const STORED_PAGE: u32 = 4;
 
-/// The reports named [`POLICY`] with the [`MANAGED_BY`] label, by namespace
+/// The reports named `name` with the [`MANAGED_BY`] label, by namespace
 /// (`None` for the ClusterPolicyReport).
 pub(super) async fn stored_reports(
     connection: &Connection,
     covered: &Covered,
-    passes: bool,
+    (name, passes): (&str, bool),
 ) -> Result<HashMap<Option<String>, Stored>, AuditError> {
     let namespaced = report_resource(true);
     let mut paths = match &covered.namespaces {
@@ -425,7 +516,7 @@ pub(super) async fn stored_reports(
                 .map_err(|e| stored_error(connection, &e))?;
             let next = page.next();
             for item in page.items {
-                if item.metadata.name != POLICY {
+                if item.metadata.name != name {
                     continue;
                 }
                 stored.insert(item.metadata.namespace.clone(), item.kept(passes));
@@ -452,7 +543,7 @@ pub(super) fn stored_error(connection: &Connection, e: &kube::Error) -> AuditErr
 
 pub(super) async fn write_report(
     connection: &Connection,
-    ns: Option<&str>,
+    (name, ns): (&str, Option<&str>),
     content: &Content,
     owner: Option<&Value>,
     exists: bool,
@@ -460,8 +551,8 @@ pub(super) async fn write_report(
     let resource = report_resource(ns.is_some());
     let path = collection(&resource, ns);
     let at = match ns {
-        Some(ns) => format!("write the {} in namespace \"{ns}\"", resource.kind),
-        None => format!("write the {}", resource.kind),
+        Some(ns) => format!("write the {} {name} in namespace \"{ns}\"", resource.kind),
+        None => format!("write the {} {name}", resource.kind),
     };
     let request = if exists {
         // A merge patch replaces the arrays whole: the stored report
@@ -470,9 +561,9 @@ pub(super) async fn write_report(
         if let Some(owner) = owner {
             patch["metadata"] = json!({"ownerReferences": [owner]});
         }
-        Request::new(&path).patch(POLICY, &PatchParams::default(), &Patch::Merge(&patch))
+        Request::new(&path).patch(name, &PatchParams::default(), &Patch::Merge(&patch))
     } else {
-        let mut metadata = json!({"name": POLICY, "labels": {MANAGED_BY.0: MANAGED_BY.1}});
+        let mut metadata = json!({"name": name, "labels": {MANAGED_BY.0: MANAGED_BY.1}});
         if let Some(ns) = ns {
             metadata["namespace"] = ns.into();
         }

@@ -1,0 +1,107 @@
+//! `preflight --policy-reports`: each plan's findings as
+//! `digest-gate-preflight-<plan or target>` PolicyReports in the namespaces
+//! of the objects they list, written as `audit` writes its own (a rerun
+//! that finds the same changes nothing, a namespace read that no longer
+//! has findings is emptied) and never touching them; `cleanup` removes
+//! both. A digest that will not pull is listed on the plan itself, in its
+//! namespace.
+
+use serde_json::{Value, json};
+
+use super::Preflight;
+use super::plan::Plan;
+use crate::audit::write::{self, Gathered, PullResult};
+use crate::audit::{Connection, Covered};
+
+/// The cluster object a plan is, as a result's `resources` names it: the
+/// InstallPlan, or for a file target the Subscription it would upgrade
+/// (none: a fresh install nobody subscribed to).
+pub fn object_of(plan: &Plan, file: bool) -> Option<Value> {
+    let (kind, name) = match file {
+        false => ("InstallPlan", plan.name.as_str()),
+        true => ("Subscription", plan.owners.first()?.as_str()),
+    };
+    (!plan.namespace.is_empty()).then(|| {
+        json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": kind,
+               "namespace": plan.namespace, "name": name})
+    })
+}
+
+/// What one plan's reports list.
+fn gathered(plan: &super::PlanOutcome, notes: &mut Vec<String>) -> Gathered {
+    let mut gathered = Gathered::preflight(&plan.report);
+    for t in &plan.targets {
+        for c in &t.concerned {
+            gathered.add_upgrade(&c.report, &t.csv);
+        }
+        let Some(pulls) = &t.pulls else { continue };
+        let unpullable = pulls.unpullable.iter().map(|v| (v, true));
+        let found: Vec<_> = unpullable
+            .chain(pulls.unverifiable.iter().map(|v| (v, false)))
+            .collect();
+        if found.is_empty() {
+            continue;
+        }
+        let Some(object) = &plan.object else {
+            notes.push(format!(
+                "{}: no Subscription of its package, so no namespace lists what will not pull",
+                plan.label
+            ));
+            continue;
+        };
+        let namespace = object["namespace"].as_str().unwrap_or_default();
+        for (v, fails) in found {
+            let reference = format!("{}@{}", v.repository, v.digest);
+            let pull = PullResult {
+                target: &t.csv,
+                reference: &reference,
+                state: v.state,
+                detail: &v.detail,
+                fails,
+            };
+            gathered.add_pull(namespace, object.clone(), pull);
+        }
+    }
+    gathered
+}
+
+/// Writes every judged plan's reports, and says what was written.
+pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
+    let now = std::time::SystemTime::now();
+    for at in 0..found.plans.len() {
+        let plan = &found.plans[at];
+        if plan.passed_over.is_some() || plan.targets.is_empty() {
+            continue;
+        }
+        let gathered = gathered(plan, &mut found.notes);
+        let covered = covered(found.covered.as_ref(), plan.object.as_ref());
+        match write::policy_reports(connection, &gathered, &covered, None, now).await {
+            Ok(w) => {
+                found.notes.push(format!(
+                    "policy reports {}: {} created, {} updated, {} unchanged",
+                    gathered.name(),
+                    w.created,
+                    w.updated,
+                    w.unchanged
+                ));
+                found.notes.extend(w.notes);
+                found.errors.extend(w.errors);
+            }
+            Err(e) => found.errors.push(e.to_string()),
+        }
+    }
+}
+
+/// Where a plan's reports may be emptied: where the objects were read, and
+/// the plan's own namespace (what will not pull is listed there).
+fn covered(read: Option<&Covered>, object: Option<&Value>) -> Covered {
+    let mut covered = read.cloned().unwrap_or(Covered {
+        namespaces: Some(Default::default()),
+        cluster: false,
+    });
+    let own = object.and_then(|o| o["namespace"].as_str());
+    if let (Some(set), Some(ns)) = (covered.namespaces.as_mut(), own) {
+        set.insert(ns.to_owned());
+    }
+    covered
+}
