@@ -81,7 +81,8 @@ pub struct PreflightArgs {
     )]
     pub namespace_selector: Option<String>,
     /// Report format: SARIF's rules are the categories
-    /// (stale_after_upgrade, already_stale, fixed_by_upgrade).
+    /// (stale_after_upgrade, already_stale, fixed_by_upgrade; with
+    /// --registry also unpullable_after_upgrade, unverifiable_after_upgrade).
     #[arg(short = 'o', long, env = "DIGEST_GATE_OUTPUT", value_enum, default_value_t = Output::Text)]
     pub output: Output,
     #[command(flatten)]

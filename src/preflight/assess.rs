@@ -144,6 +144,31 @@ mod tests {
         }
     }
 
+    /// 1.20.1 → 1.21.0 (the step says so), over the incident's runtime on
+    /// each of `digests`.
+    fn upgrade_of(
+        digests: &[&str],
+        policy: &Policy,
+        pulls: Option<crate::preflight::pulls::Pulls>,
+    ) -> crate::preflight::TargetOutcome {
+        crate::preflight::TargetOutcome {
+            csv: "rhods-operator.1.21.0".into(),
+            package: Some("rhods-operator".into()),
+            replaced: Some((
+                "rhods-operator.1.20.1".into(),
+                crate::preflight::replaced::Why::Step,
+            )),
+            changes: Vec::new(),
+            head: None,
+            concerned: concerned(
+                &digests.iter().map(|d| compared(d, policy)).collect::<Vec<_>>(),
+                0,
+                1,
+            ),
+            pulls,
+        }
+    }
+
     /// A run that judged one plan, `ops/install-x`, with one target.
     fn one_plan(
         target: crate::preflight::TargetOutcome,
@@ -171,22 +196,7 @@ mod tests {
     #[test]
     fn the_verdict_and_the_exit_code_follow_the_worst_category() {
         let policy = Policy::default();
-        let target = |digests: &[&str]| crate::preflight::TargetOutcome {
-            csv: "rhods-operator.1.21.0".into(),
-            package: Some("rhods-operator".into()),
-            replaced: Some((
-                "rhods-operator.1.20.1".into(),
-                crate::preflight::replaced::Why::Step,
-            )),
-            changes: Vec::new(),
-            head: None,
-            concerned: concerned(
-                &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
-                0,
-                1,
-            ),
-            pulls: None,
-        };
+        let target = |digests: &[&str]| upgrade_of(digests, &policy, None);
         let run = |digests: &[&str], errors: &[&str]| one_plan(target(digests), digests.len(), errors, None);
         let verdict = |digests: &[&str]| render::verdict(&target(digests));
         assert_eq!(verdict(&[NEW]), "safe to approve");
@@ -230,23 +240,12 @@ mod tests {
         use crate::published::State;
         let policy = Policy::default();
         let run = |digests: &[&str], pulls: Pulls| {
-            let target = crate::preflight::TargetOutcome {
-                csv: "rhods-operator.1.21.0".into(),
-                package: Some("rhods-operator".into()),
-                replaced: Some((
-                    "rhods-operator.1.20.1".into(),
-                    crate::preflight::replaced::Why::Step,
-                )),
-                changes: Vec::new(),
-                head: None,
-                concerned: concerned(
-                    &digests.iter().map(|d| compared(d, &policy)).collect::<Vec<_>>(),
-                    0,
-                    1,
-                ),
-                pulls: Some(pulls),
-            };
-            one_plan(target, digests.len(), &[], None)
+            one_plan(
+                upgrade_of(digests, &policy, Some(pulls)),
+                digests.len(),
+                &[],
+                None,
+            )
         };
         let missing = || Pulls {
             checked: 3,
