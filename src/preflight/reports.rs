@@ -65,8 +65,16 @@ fn gathered(plan: &super::PlanOutcome, notes: &mut Vec<String>) -> Gathered {
     gathered
 }
 
-/// Writes every judged plan's reports, and says what was written.
+/// Writes every judged plan's reports, and says what was written; only
+/// after a complete read, as `audit` writes its own: a report written from
+/// a partial one would drop the results of what could not be read.
 pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
+    if !found.errors.is_empty() {
+        found
+            .notes
+            .push("policy reports not written: not everything could be read (see the errors)".into());
+        return;
+    }
     let now = std::time::SystemTime::now();
     for at in 0..found.plans.len() {
         let plan = &found.plans[at];

@@ -570,6 +570,9 @@ def test_policy_reports_are_written_beside_the_audits_rerun_unchanged_and_cleane
     for ns in (MODELS, APPS):
         assert cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, ns) is None
         assert cluster.get(POLICY_REPORT, "digest-gate", ns) is None
+    # A plan whose bundle cannot be read writes no report at all.
+    code, out, err = preflight(cluster, "--installplan", f"{OPERATORS}/install-missing", "--policy-reports")
+    assert code == 2 and "note: policy reports not written: not everything could be read" in out, out + err
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
