@@ -9,6 +9,7 @@
 //! instead of a denial the developer can read. The fields below are the
 //! contract's; tests check every one the apiserver reads.
 
+pub mod approval;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use wire::{Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, decode};
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub mod render;
 
+pub use approval::answer_approval;
 use render::Rendered;
 pub use render::{MAX_WARNING_LEN, REWRITTEN_ANNOTATION};
 

@@ -385,7 +385,11 @@ async fn discover(
     target: &Target,
     report: &mut Report,
 ) -> Result<Vec<(&'static Kind, ApiResource, ApiCapabilities)>, AuditError> {
-    let wanted: Vec<&'static Kind> = target.kinds.clone().unwrap_or_else(|| KINDS.iter().collect());
+    // An InstallPlan holds no image: its approval is the webhook's to review.
+    let wanted: Vec<&'static Kind> = target
+        .kinds
+        .clone()
+        .unwrap_or_else(|| KINDS.iter().filter(|k| k.layout != Layout::Approval).collect());
     let groups: BTreeSet<&str> = wanted.iter().flat_map(|k| k.groups.iter().copied()).collect();
     let groups: Vec<&str> = groups.into_iter().collect();
     let discovery = Discovery::new(connection.client.clone())

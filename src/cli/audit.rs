@@ -222,11 +222,19 @@ impl Learned for audit::Audit {
 fn kinds(names: &[String]) -> Result<Vec<&'static crate::objects::Kind>, u8> {
     names
         .iter()
-        .map(|name| {
-            crate::objects::kinds::named(name).map_err(|e| {
+        .map(|name| match crate::objects::kinds::named(name) {
+            Ok(kind) if kind.layout == crate::objects::Layout::Approval => {
+                eprintln!(
+                    "error: --kinds: {} holds no image: the webhook answers its approval, and `digest-gate preflight` judges the upgrade",
+                    kind.name
+                );
+                Err(2)
+            }
+            Ok(kind) => Ok(kind),
+            Err(e) => {
                 eprintln!("error: --kinds: {e}");
-                2
-            })
+                Err(2)
+            }
         })
         .collect()
 }

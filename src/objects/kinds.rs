@@ -23,6 +23,10 @@ pub enum Layout {
     EmbeddedRuntimes,
     /// Objects of any kind in `/objects`, each read by its own kind.
     Template,
+    /// No images: an operator upgrade's approval, reviewed from the
+    /// pre-flight's judgement on it (`admission::approval`). Listed so that
+    /// a per-kind mode may name it; `audit` does not read it.
+    Approval,
 }
 
 /// One kind digest-gate reads.
@@ -141,6 +145,11 @@ pub static KINDS: &[Kind] = &[
         name: "Template",
         groups: &["template.openshift.io", ""],
         layout: Layout::Template,
+    },
+    Kind {
+        name: "InstallPlan",
+        groups: &["operators.coreos.com"],
+        layout: Layout::Approval,
     },
 ];
 

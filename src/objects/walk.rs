@@ -53,6 +53,7 @@ pub(super) fn visit(
         Layout::InferenceService => out.inference_service(object.get("spec"), &join(ptr, "spec")),
         Layout::EmbeddedRuntimes => embedded_runtimes(object, ptr, walk),
         Layout::Template => template_objects(object, ptr, walk, depth),
+        Layout::Approval => {}
     }
     true
 }

@@ -1,4 +1,5 @@
-//! The HTTP surface: the webhook routes (`POST /mutate`, `POST /validate`) and
+//! The HTTP surface: the webhook routes (`POST /mutate`, `POST /validate`,
+//! `/validate-allowlist`, `/validate-approval`) and
 //! the admin routes (`/healthz`, `/readyz`, `/metrics`), each built from the
 //! shared [`State`] so tests can drive them in-process.
 
@@ -26,6 +27,7 @@ pub fn webhook_router(state: Arc<State>) -> Router {
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
         .route("/validate-allowlist", post(validate_allowlist))
+        .route("/validate-approval", post(validate_approval))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .with_state(state)
@@ -121,7 +123,7 @@ async fn not_found(Extract(state): Extract<Arc<State>>, request: Request) -> Res
     state.metrics.admission.bad_request("path");
     error(
         StatusCode::NOT_FOUND,
-        "digest-gate serves POST /mutate, /validate and /validate-allowlist",
+        "digest-gate serves POST /mutate, /validate, /validate-allowlist and /validate-approval",
     )
 }
 
@@ -204,6 +206,24 @@ async fn validate_allowlist(Extract(state): Extract<Arc<State>>, request: Reques
 
 /// The metrics and log name of `/validate-allowlist`.
 const ALLOWLIST_ENDPOINT: &str = "validate-allowlist";
+
+/// `POST /validate-approval`: an InstallPlan update, its approval judged
+/// from the annotation on the plan as it was (no cluster, no registry).
+async fn validate_approval(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
+    let timer = state.metrics.admission.timer(APPROVAL_ENDPOINT);
+    let body = match review_body(&state, request).await {
+        Ok(b) => b,
+        Err(response) => {
+            timer.discard();
+            return response;
+        }
+    };
+    let answered = admission::answer_approval(&body, state.policy.mode_for("InstallPlan"));
+    answer(APPROVAL_ENDPOINT, &state, timer, answered)
+}
+
+/// The metrics and log name of `/validate-approval`.
+const APPROVAL_ENDPOINT: &str = "validate-approval";
 
 async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response {
     let timer = state.metrics.admission.timer(endpoint.as_str());

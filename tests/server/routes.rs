@@ -350,3 +350,49 @@ async fn early_errors_arrive_whole_over_http1_and_http2(
     }
     running.drain();
 }
+
+/// Issue 49: an InstallPlan's approval is answered from the pre-flight's
+/// judgement on the plan as it was; the mode is InstallPlan's own.
+#[tokio::test]
+async fn an_approval_is_answered_from_the_judgement_on_the_plan() {
+    use digest_gate::admission::approval::{JUDGED_ANNOTATION, Judged};
+    let mut judged = Judged {
+        judged_at: "2026-12-07T13:00:00Z".into(),
+        targets: vec!["rhods-operator.1.21.0".into()],
+        stale_after_upgrade: 1,
+        ..Judged::default()
+    };
+    judged.name(["models/ServingRuntime/ovms".to_owned()]);
+    let plan = |approved: bool| {
+        json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "InstallPlan",
+               "metadata": {"name": "install-x", "namespace": "ops",
+                            "annotations": {JUDGED_ANNOTATION: serde_json::to_string(&judged).unwrap()}},
+               "spec": {"approval": "Manual", "approved": approved}})
+    };
+    let body = serde_json::to_vec(&review("ip", "UPDATE", &plan(true), Some(&plan(false)))).unwrap();
+    let mut policy = Policy::default();
+    policy.set_kind_mode("InstallPlan", Mode::Enforce);
+    let enforcing = Arc::new(State::new(digest_gate::testing::incident_allowlist(), policy));
+    let (status, denied) = oneshot(
+        &enforcing,
+        post("/validate-approval", "application/json", body.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contract(&denied, "ip");
+    assert_eq!(denied["response"]["allowed"], false);
+    let message = denied["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("leaves 1 object on unpromoted images (models/ServingRuntime/ovms)"),
+        "{message}"
+    );
+    // Pods stay in rewrite mode; the approval is only warned of there.
+    let (_, warned) = oneshot(&state(), post("/validate-approval", "application/json", body)).await;
+    assert_eq!(warned["response"]["allowed"], true);
+    assert_eq!(
+        warned["response"]["warnings"][1],
+        "digest-gate: models/ServingRuntime/ovms"
+    );
+    let metrics = enforcing.metrics.encode();
+    assert!(metrics.contains("endpoint=\"validate-approval\""), "{metrics}");
+}
