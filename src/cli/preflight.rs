@@ -112,6 +112,11 @@ pub struct PreflightArgs {
     /// objects they list (never the audit's; `cleanup` removes both).
     #[arg(long, env = "DIGEST_GATE_POLICY_REPORTS")]
     pub policy_reports: bool,
+    /// Write each judged InstallPlan's judgement on it (the
+    /// digest-gate.dev/preflight annotation), which the webhook answers its
+    /// approval from.
+    #[arg(long, env = "DIGEST_GATE_ANNOTATE")]
+    pub annotate: bool,
     /// No progress on standard error (drawn only on a terminal anyway).
     #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
     pub quiet: bool,
@@ -212,6 +217,7 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         quiet: args.quiet,
         registry,
         policy_reports: args.policy_reports,
+        annotate: args.annotate,
     };
     let found = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings())

@@ -1,10 +1,11 @@
 //! What `preflight` reads from the cluster besides the objects the audit
 //! reads: InstallPlans, the Subscriptions they belong to, and the bundle
 //! ConfigMaps their steps refer to. Each through kube's API with the
-//! group, version and kind OLM serves them under; nothing is written.
+//! group, version and kind OLM serves them under. The one write is the
+//! judgement's annotation on a plan (`--annotate`).
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
@@ -28,6 +29,27 @@ pub async fn plan(connection: &Connection, namespace: &str, name: &str) -> Resul
         .await
         .map_err(|e| describe(connection, &doing, &e))?;
     Ok(serde_json::to_value(object).expect("objects serialise"))
+}
+
+/// Sets annotation `key` of InstallPlan `namespace/name` to `value` (a
+/// merge patch: nothing else of the plan is touched, and OLM, which
+/// updates its status, does not conflict with it).
+pub async fn annotate_plan(
+    connection: &Connection,
+    (namespace, name): (&str, &str),
+    (key, value): (&str, &str),
+) -> Result<(), RequestFailure> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        connection.client.clone(),
+        namespace,
+        &resource("InstallPlan", "installplans"),
+    );
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    let doing = format!("annotate InstallPlan {namespace}/{name}");
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| describe(connection, &doing, &e))
 }
 
 /// Every InstallPlan in `namespace` (every namespace: `None`).

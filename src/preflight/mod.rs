@@ -9,6 +9,7 @@
 //! puts them together: the cluster is read once, every object judged by the
 //! allowlist in force and by the one each target would leave.
 
+pub mod annotate;
 pub mod assess;
 pub mod bundle;
 pub mod catalog;
@@ -65,6 +66,8 @@ pub struct Inputs<'a> {
     /// `--policy-reports`: write `digest-gate-preflight-<plan or target>`
     /// reports.
     pub policy_reports: bool,
+    /// `--annotate`: write each judged plan's judgement on it.
+    pub annotate: bool,
 }
 
 /// One plan, and what became of it.
@@ -88,6 +91,15 @@ pub struct PlanOutcome {
 }
 
 impl PlanOutcome {
+    /// The InstallPlan it is (`namespace`, `name`); none for a target read
+    /// from a file.
+    pub fn installplan(&self) -> Option<(&str, &str)> {
+        let object = self.object.as_ref()?;
+        let text = |k: &str| object.get(k).and_then(Value::as_str);
+        (text("kind") == Some("InstallPlan")).then_some(())?;
+        Some((text("namespace")?, text("name")?))
+    }
+
     /// A plan about to be judged; `file`: a target read from a file.
     fn new(label: String, id: String, plan: &Plan, file: bool) -> Self {
         Self {
@@ -121,6 +133,21 @@ pub struct TargetOutcome {
     pub head: Option<Head>,
     /// With `--registry`: what the registries said of its digests.
     pub pulls: Option<pulls::Pulls>,
+}
+
+impl TargetOutcome {
+    /// Its digests that will not pull, and those no registry answered for
+    /// (none without `--registry`).
+    pub fn pull_findings(
+        &self,
+    ) -> (
+        &[crate::registry::verify::Verification],
+        &[crate::registry::verify::Verification],
+    ) {
+        self.pulls
+            .as_ref()
+            .map_or((&[], &[]), |p| (&p.unpullable, &p.unverifiable))
+    }
 }
 
 /// A catalog's channel head that is not a plan's target.
@@ -252,6 +279,9 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     }
     if inputs.policy_reports {
         reports::write(connection, &mut found).await;
+    }
+    if inputs.annotate {
+        annotate::write(connection, &mut found).await;
     }
     ended(&inputs.plans, &mut found);
     found

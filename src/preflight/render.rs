@@ -26,20 +26,13 @@ pub fn exit_code(found: &Preflight) -> u8 {
     };
     if !found.errors.is_empty() {
         2
-    } else if targets(found).any(|t| stale(t) || !pulls(t).0.is_empty()) {
+    } else if targets(found).any(|t| stale(t) || !t.pull_findings().0.is_empty()) {
         1
-    } else if targets(found).any(|t| !pulls(t).1.is_empty()) {
+    } else if targets(found).any(|t| !t.pull_findings().1.is_empty()) {
         2
     } else {
         0
     }
-}
-
-/// A target's digests that will not pull, and those not answered for.
-fn pulls(t: &TargetOutcome) -> (&[Verification], &[Verification]) {
-    t.pulls
-        .as_ref()
-        .map_or((&[], &[]), |p| (&p.unpullable, &p.unverifiable))
 }
 
 /// How the verdict names digests: the first few in full (to copy into a
@@ -71,7 +64,7 @@ pub fn verdict(t: &TargetOutcome) -> String {
         count(t, UpgradeChange::StaleAfterUpgrade),
         count(t, UpgradeChange::AlreadyStale),
     );
-    let (unpullable, unverifiable) = pulls(t);
+    let (unpullable, unverifiable) = t.pull_findings();
     let mut blocking = Vec::new();
     if stale > 0 {
         blocking.push(format!(
@@ -190,7 +183,7 @@ fn plan_text(plan: &PlanOutcome, now: SystemTime, out: &mut String) {
 /// were asked about.
 fn pulls_text(t: &TargetOutcome, out: &mut String) {
     let Some(p) = &t.pulls else { return };
-    let (unpullable, unverifiable) = pulls(t);
+    let (unpullable, unverifiable) = t.pull_findings();
     for (category, found) in [
         ("unpullable_after_upgrade", unpullable),
         ("unverifiable", unverifiable),
@@ -292,7 +285,7 @@ pub fn sarif(found: &Preflight) -> String {
     let pulls: Vec<crate::sarif::PullFinding<'_>> = named
         .iter()
         .flat_map(|(name, t)| {
-            let (unpullable, unverifiable) = pulls(t);
+            let (unpullable, unverifiable) = t.pull_findings();
             unpullable
                 .iter()
                 .chain(unverifiable)
@@ -422,7 +415,7 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
         for t in &plan.targets {
             doc.summary.targets += 1;
             if t.pulls.is_some() {
-                let (unpullable, unverifiable) = pulls(t);
+                let (unpullable, unverifiable) = t.pull_findings();
                 *doc.summary.unpullable_after_upgrade.get_or_insert(0) += unpullable.len();
                 *doc.summary.unverifiable.get_or_insert(0) += unverifiable.len();
             }

@@ -621,8 +621,10 @@ def test_audit_may_list_every_kind_the_binary_reads():
     assert "LLMInferenceService" in kinds
     listed = {resource for (_, resource), verbs in rules(render({"audit": {"enabled": True}}), "ClusterRole").items()
               if "list" in verbs}
-    # Every kind's plural is its lower-case name and an s.
-    assert {k.lower() + "s" for k in kinds} <= listed
+    # Every kind's plural is its lower-case name and an s. An InstallPlan
+    # holds no image: the webhook answers its approval, audit does not read it.
+    assert {k.lower() + "s" for k in kinds if k != "InstallPlan"} <= listed
+    assert "installplans" not in listed
 
 
 def test_audit_rights_are_read_only_and_grow_only_with_what_it_writes():
@@ -902,3 +904,43 @@ def test_the_install_page_names_every_value():
                 assert f"`{sub}`" in row, (key, sub)
     named = set().union(*(names(r) for r in rows))
     assert named <= set(values), named - set(values)
+
+
+# === an operator upgrade's approval (issue 49) ===
+
+def test_approvals_have_a_validating_entry_of_their_own_only_when_on(default_objects):
+    def approvals(objects):
+        return [w for c in webhook_configs(objects) for w in c["webhooks"] if "approvals" in w["name"]]
+    assert approvals(default_objects) == []
+    values = {"audit": {"preflight": {"enabled": True}}, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}}
+    objects = render(values)
+    (entry,) = approvals(objects)
+    assert entry["name"] == "validate-approvals.digest-gate.dev"
+    kubernetes_validate.validate(webhook_configs(objects)[1], kubernetes_validate.utils.latest_version(), strict=True)
+    assert entry["clientConfig"]["service"]["path"] == "/validate-approval"
+    # An approval is never held up by the webhook being down.
+    assert entry["failurePolicy"] == "Ignore"
+    assert entry["rules"] == [{"operations": ["UPDATE"], "apiGroups": ["operators.coreos.com"],
+                               "apiVersions": ["v1alpha1"], "resources": ["installplans"], "scope": "Namespaced"}]
+    # The installed operators' namespaces, each once.
+    assert entry["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In",
+         "values": ["redhat-ods-operator", "openshift-operators"]}]}
+    # Helm's default capabilities are a Kubernetes of 1.28 or later: only
+    # approvals reach it. Before 1.28 the server tells approvals apart.
+    assert entry["matchConditions"][1] == {
+        "name": "approvals-only",
+        "expression": "object.spec.approved == true && !(has(oldObject.spec.approved) && oldObject.spec.approved == true)"}
+    from test_golden import rendered
+    old = []
+    for chunk in rendered(values, "v1.20.0").split("# === ")[1:]:
+        name, _, body = chunk.partition(" ===\n")
+        if name.endswith(".yaml"):
+            old += [d for d in yaml.safe_load_all(body) if d]
+    (entry,) = approvals(old)
+    assert "matchConditions" not in entry
+    with pytest.raises(helm.HelmError) as err:
+        render({"audit": {"preflight": {"enabled": True}}})
+    assert "allowlist.fromInstalledOperators" in str(err.value)
+    with pytest.raises(helm.HelmError):
+        render({"audit": {"preflight": {"enabled": "yes"}}})

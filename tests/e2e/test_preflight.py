@@ -575,6 +575,61 @@ def test_policy_reports_are_written_beside_the_audits_rerun_unchanged_and_cleane
     assert code == 2 and "note: policy reports not written: not everything could be read" in out, out + err
 
 
+def approve(cluster, name: str, reason: str | None = None) -> subprocess.CompletedProcess:
+    """`kubectl patch` approving InstallPlan `name`, as a person does, but
+    server-side dry run: the webhook answers, the plan stays pending."""
+    patch = {"spec": {"approved": True}}
+    if reason:
+        patch["metadata"] = {"annotations": {"digest-gate.dev/approve-despite-findings": reason}}
+    return cluster.kubectl("-n", OPERATORS, "patch", "installplan", name, "--type", "merge", "-p",
+                           json.dumps(patch), "--dry-run=server", check=False)
+
+
+def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, release):
+    # Kubernetes 1.20 does not label a namespace with its name (1.21 does):
+    # the chart's selector for the operators' namespaces needs it.
+    incident.kubectl("label", "namespace", OPERATORS, f"kubernetes.io/metadata.name={OPERATORS}", "--overwrite")
+    name = "install-approve"
+    incident.apply(plan(name, [csv_step(NEW, reference("bundle-gzip"))], [lookup(NEW)]))
+    operators = {"audit": {"preflight": {"enabled": True}},
+                 "allowlist": {"fromInstalledOperators": [{"namespace": OPERATORS}]}}
+    release.install(operators | {"kindModes": {"InstallPlan": "enforce"}})
+    # Not judged yet: let through, and said.
+    r = approve(incident, name)
+    assert r.returncode == 0, r.stderr
+    assert f"digest-gate has not judged InstallPlan {OPERATORS}/{name} yet" in r.stderr, r.stderr
+    # The judgement travels with the plan.
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/{name}", "--annotate")
+    assert code == 1 and f"note: judgement annotated (digest-gate.dev/preflight) on InstallPlan {OPERATORS}/{name}" \
+        in out, out + err
+    judged = json.loads(incident.get("installplan", name, OPERATORS)["metadata"]["annotations"]
+                        ["digest-gate.dev/preflight"])
+    assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
+    assert f"{MODELS}/ServingRuntime/ovms" in judged["named"], judged
+    # In enforce mode for InstallPlans the approval is denied, the objects named.
+    r = approve(incident, name)
+    assert r.returncode != 0, r.stdout
+    assert 'admission webhook "validate-approvals.digest-gate.dev" denied the request' in r.stderr, r.stderr
+    assert (f"digest-gate: approving InstallPlan {OPERATORS}/{name} leaves {judged['staleAfterUpgrade']} objects "
+            f"on unpromoted images ({MODELS}/") in r.stderr and f"(judged {judged['judgedAt']})" in r.stderr, r.stderr
+    # With a reason given, it goes through.
+    r = approve(incident, name, reason="the runtime is replaced in the same change")
+    assert r.returncode == 0, r.stderr
+    assert "approved despite these findings" in r.stderr and "the runtime is replaced" in r.stderr, r.stderr
+    # In rewrite mode (the chart's default for every kind) it is warned of.
+    release.upgrade(operators)
+    r = approve(incident, name)
+    assert r.returncode == 0, r.stderr
+    assert f"{MODELS}/ServingRuntime/ovms" in r.stderr and "update them with the approval" in r.stderr, r.stderr
+    assert release.pod.metric("digest_gate_admission_requests_total", endpoint="validate-approval",
+                              kind="InstallPlan", verdict="allow") >= 1
+    # The webhook down never holds an approval up (failurePolicy: Ignore).
+    release.pod.stop()
+    r = approve(incident, name)
+    assert r.returncode == 0 and "digest-gate" not in r.stderr, r.stderr
+    incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
+
+
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
     for kind, name in (("servingruntime", "ovms"), ("deployment", "modelmesh-serving-ovms")):
         o = incident.get(kind, name, MODELS)

@@ -194,6 +194,27 @@ Templates' entries, with namespaces and a failure policy of their own.
 {{- $rules := include "digest-gate.kindRules" (dict "group" "" "resource" "configmaps") }}
 {{- $entries = append $entries (dict "name" "-allowlist" "path" "/validate-allowlist" "failurePolicy" "Ignore" "exactSelector" $releaseNamespace "objectSelector" $labelled "rules" $rules) }}
 {{- end }}
+{{- $pf := $root.Values.audit.preflight }}
+{{- if and (eq .prefix "validate") (kindIs "map" $pf) $pf.enabled }}
+{{- /* An operator upgrade's approval, answered from the pre-flight's judgement
+on the plan: UPDATEs of InstallPlans in the installed operators' namespaces
+only, never blocked by the webhook being down. */}}
+{{- $namespaces := list }}
+{{- range $root.Values.allowlist.fromInstalledOperators }}
+{{- $namespaces = append $namespaces .namespace }}
+{{- end }}
+{{- if not $namespaces }}
+{{- fail "audit.preflight.enabled answers the approvals of the installed operators' upgrades: name their namespaces in allowlist.fromInstalledOperators" }}
+{{- end }}
+{{- $operators := dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" ($namespaces | uniq))) }}
+{{- $rules := list (dict "operations" (list "UPDATE") "apiGroups" (list "operators.coreos.com") "apiVersions" (list "v1alpha1") "resources" (list "installplans") "scope" "Namespaced") | toYaml }}
+{{- $entry := dict "name" "-approvals" "path" "/validate-approval" "failurePolicy" "Ignore" "exactSelector" $operators "rules" $rules }}
+{{- if $matchConditions }}
+{{- /* Only an update that approves the plan reaches the webhook. */}}
+{{- $_ := set $entry "matchConditions" (list (dict "name" "approvals-only" "expression" "object.spec.approved == true && !(has(oldObject.spec.approved) && oldObject.spec.approved == true)")) }}
+{{- end }}
+{{- $entries = append $entries $entry }}
+{{- end }}
 {{- range $entries }}
 - name: {{ $.prefix }}{{ .name }}.digest-gate.dev
   admissionReviewVersions: ["v1"]

@@ -1,0 +1,75 @@
+//! `preflight --annotate`: each judged InstallPlan carries its judgement
+//! (an `admission::approval::Judged`, as JSON, under
+//! `digest-gate.dev/preflight`), so that the webhook answers its approval
+//! from the plan itself, every replica alike, and `kubectl describe
+//! installplan` shows it. Written only from a complete read: a judgement
+//! of what could not be read would let an approval through unjudged.
+
+use std::time::SystemTime;
+
+use super::{PlanOutcome, Preflight, cluster};
+use crate::admission::approval::{JUDGED_ANNOTATION, Judged};
+use crate::audit::Connection;
+use crate::report::UpgradeChange;
+
+/// The judgement of one plan, made `now`: its targets' categories summed,
+/// the objects left stale and the digests that will not pull named.
+pub fn judged(plan: &PlanOutcome, now: SystemTime) -> Judged {
+    let mut j = Judged {
+        judged_at: humantime::format_rfc3339_seconds(now).to_string(),
+        targets: plan.targets.iter().map(|t| t.csv.clone()).collect(),
+        ..Judged::default()
+    };
+    let mut stale = Vec::new();
+    let mut unpullable = Vec::new();
+    for t in &plan.targets {
+        for c in &t.concerned {
+            match c.change {
+                UpgradeChange::StaleAfterUpgrade => {
+                    j.stale_after_upgrade += 1;
+                    stale.push(c.report.label(None));
+                }
+                UpgradeChange::AlreadyStale => j.already_stale += 1,
+                UpgradeChange::FixedByUpgrade => j.fixed_by_upgrade += 1,
+            }
+        }
+        let (will_not, unanswered) = t.pull_findings();
+        j.unpullable_after_upgrade += will_not.len();
+        j.unverifiable += unanswered.len();
+        unpullable.extend(will_not.iter().map(|v| format!("{}@{}", v.repository, v.digest)));
+    }
+    j.name(stale.into_iter().chain(unpullable));
+    j
+}
+
+/// Annotates every judged InstallPlan (a target read from a file has no
+/// plan to carry it), and says what was written.
+pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
+    if !found.errors.is_empty() {
+        found
+            .notes
+            .push("no judgement annotated: not everything could be read (see the errors)".into());
+        return;
+    }
+    let now = SystemTime::now();
+    let mut annotated = Vec::new();
+    for plan in &found.plans {
+        if plan.passed_over.is_some() || plan.targets.is_empty() {
+            continue;
+        }
+        let Some((namespace, name)) = plan.installplan() else {
+            continue;
+        };
+        let value = serde_json::to_string(&judged(plan, now)).expect("judgements serialise");
+        match cluster::annotate_plan(connection, (namespace, name), (JUDGED_ANNOTATION, &value)).await {
+            Ok(()) => annotated.push(format!("{namespace}/{name}")),
+            Err(e) => found.errors.push(e.message().to_owned()),
+        }
+    }
+    if !annotated.is_empty() {
+        found.notes.push(format!(
+            "judgement annotated ({JUDGED_ANNOTATION}) on InstallPlan {}",
+            annotated.join(", ")
+        ));
+    }
+}
