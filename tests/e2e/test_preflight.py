@@ -195,6 +195,7 @@ def test_the_docs_samples_say_what_it_prints(incident):
     docs("preflight-one-plan", incident, "install-gzip")
     docs("preflight-all-pending", incident, "install-gzip")
     docs("preflight-catalog", incident, "install-gzip")
+    docs("readme-preflight", incident, "install-gzip")
 
 
 def test_every_shape_of_step_reads_the_same_csv(incident):
