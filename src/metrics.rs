@@ -79,6 +79,16 @@ struct AuditLabels {
     verdict: Verdict,
 }
 
+/// A pending operator upgrade's findings: the plan's namespace, the
+/// target's package (both bounded by the operators installed), and a
+/// category of `preflight` or `unpullable_after_upgrade`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PendingLabels {
+    namespace: String,
+    package: String,
+    reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictionLabels {
     reason: Eviction,
@@ -535,6 +545,7 @@ pub struct AuditMetrics {
     audit_errors: Counter,
     audit_leader: Gauge,
     lease_errors: Family<LeaseLabels, Counter>,
+    pending_upgrade_findings: Family<PendingLabels, Gauge>,
 }
 
 impl AuditMetrics {
@@ -571,6 +582,12 @@ impl AuditMetrics {
                 "audit_errors",
                 "What background audits could not read or write (each kind, write or failed connection counts once)",
                 Counter::default(),
+            ),
+            pending_upgrade_findings: add(
+                r,
+                "pending_upgrade_findings",
+                "What approving each operator upgrade that waits for an approval would break, as the last pre-flight (serve --audit-preflight) judged it: objects stale_after_upgrade or already_stale, digests unpullable_after_upgrade; a plan's series go once it no longer waits",
+                Family::<PendingLabels, Gauge>::default(),
             ),
             audit_leader: add(
                 r,
@@ -617,6 +634,23 @@ impl AuditMetrics {
         }
     }
 
+    /// A pre-flight round finished: (namespace, package, reason, count) of
+    /// every plan judged replaces the last round's, so a plan approved or
+    /// gone loses its series.
+    pub fn pending_upgrades(&self, found: &[(String, String, &'static str, usize)]) {
+        self.pending_upgrade_findings.clear();
+        for (namespace, package, reason, n) in found {
+            let labels = PendingLabels {
+                namespace: namespace.clone(),
+                package: package.clone(),
+                reason,
+            };
+            self.pending_upgrade_findings
+                .get_or_create(&labels)
+                .set(gauge_value(*n));
+        }
+    }
+
     /// A background audit could not run at all.
     pub fn failed(&self) {
         self.audit_errors.inc();
@@ -629,6 +663,7 @@ impl AuditMetrics {
         if !leader {
             // Only the leader reports what it found.
             self.audit_findings.clear();
+            self.pending_upgrade_findings.clear();
             self.break_glass_namespaces.set(0);
         }
     }

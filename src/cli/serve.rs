@@ -146,6 +146,13 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
     if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() && !args.dev {
         missing_allowlist();
     }
+    let background = &args.server.audit;
+    if background.preflight && (background.interval.is_zero() || args.server.csvs.allowlist_csv.is_empty()) {
+        eprintln!(
+            "error: --audit-preflight judges the upgrades of the installed operators after each audit: it needs --audit-interval and --allowlist-csv"
+        );
+        return 2;
+    }
     let mut bound = None;
     let (cert, key) = if args.dev {
         dev_addresses(&mut args.server, &given);

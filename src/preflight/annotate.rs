@@ -2,8 +2,9 @@
 //! (an `admission::approval::Judged`, as JSON, under
 //! `digest-gate.dev/preflight`), so that the webhook answers its approval
 //! from the plan itself, every replica alike, and `kubectl describe
-//! installplan` shows it. Written only from a complete read: a judgement
-//! of what could not be read would let an approval through unjudged.
+//! installplan` shows it. Written only from a complete read, and only for
+//! a plan every target of which was read: a judgement of what could not be
+//! read would let an approval through unjudged.
 
 use std::time::SystemTime;
 
@@ -45,7 +46,7 @@ pub fn judged(plan: &PlanOutcome, now: SystemTime) -> Judged {
 /// Annotates every judged InstallPlan (a target read from a file has no
 /// plan to carry it), and says what was written.
 pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
-    if !found.errors.is_empty() {
+    if !found.complete() {
         found
             .notes
             .push("no judgement annotated: not everything could be read (see the errors)".into());
@@ -54,7 +55,8 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
     let now = SystemTime::now();
     let mut annotated = Vec::new();
     for plan in &found.plans {
-        if plan.passed_over.is_some() || plan.targets.is_empty() {
+        // A plan with a target that could not be read is not judged whole.
+        if plan.passed_over.is_some() || plan.targets.is_empty() || plan.incomplete {
             continue;
         }
         let Some((namespace, name)) = plan.installplan() else {

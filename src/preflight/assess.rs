@@ -182,12 +182,14 @@ mod tests {
                 id: "ops/install-x".into(),
                 created: created.map(Into::into),
                 passed_over: None,
+                incomplete: false,
                 report: "install-x".into(),
                 object: None,
                 targets: vec![target],
             }],
             objects,
             errors: errors.iter().map(|e| (*e).to_owned()).collect(),
+            plan_errors: 0,
             notes: Vec::new(),
             covered: None,
         }
@@ -216,6 +218,12 @@ mod tests {
         // What could not be read outranks any finding: never "safe".
         assert_eq!(render::exit_code(&run(&[OLD], &["cannot read a bundle"])), 2);
         assert_eq!(render::exit_code(&run(&[NEW], &["cannot read a bundle"])), 2);
+        // What was judged may be written down only if every error concerns
+        // one plan (passed over, or left incomplete and not written).
+        let mut found = run(&[OLD], &["InstallPlan ops/y is not ready yet"]);
+        assert!(!found.complete());
+        found.plan_errors = 1;
+        assert!(found.complete() && render::exit_code(&found) == 2);
     }
 
     /// What a registry said of the new runtime's digest.

@@ -88,7 +88,10 @@ async fn listed(
     list(connection, &api, &doing).await
 }
 
-/// The bundle ConfigMap `namespace/name` a step refers to.
+/// The bundle ConfigMap `namespace/name` a step refers to. Listed by its
+/// name rather than got: the background audit may list ConfigMaps
+/// everywhere already, so judging a plan in the webhook needs no right
+/// more (a person running `preflight` has both).
 pub async fn bundle(
     connection: &Connection,
     namespace: &str,
@@ -96,7 +99,16 @@ pub async fn bundle(
 ) -> Result<ConfigMap, RequestFailure> {
     let api: Api<ConfigMap> = Api::namespaced(connection.client.clone(), namespace);
     let doing = format!("get the bundle ConfigMap {namespace}/{name}");
-    api.get(name).await.map_err(|e| describe(connection, &doing, &e))
+    let params = ListParams::default().fields(&format!("metadata.name={name}"));
+    let listed = api
+        .list(&params)
+        .await
+        .map_err(|e| describe(connection, &doing, &e))?;
+    listed
+        .items
+        .into_iter()
+        .next()
+        .ok_or_else(|| RequestFailure::Request(format!("cannot {doing}: configmaps \"{name}\" not found")))
 }
 
 /// Every page of a list: plans and Subscriptions are few, a page of 500

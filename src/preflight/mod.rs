@@ -81,6 +81,9 @@ pub struct PlanOutcome {
     pub created: Option<String>,
     /// Why it was not judged; `None`: its targets were.
     pub passed_over: Option<String>,
+    /// A target of it could not be read or prepared (said in the errors):
+    /// what was judged of it is not all that approving it installs.
+    pub incomplete: bool,
     /// What its policy reports are named after: the plan's name, or a file
     /// target's CSV.
     pub report: String,
@@ -107,6 +110,7 @@ impl PlanOutcome {
             id,
             created: plan.created.clone(),
             passed_over: None,
+            incomplete: false,
             report: match file {
                 true => plan.targets.first().map(|t| t.csv.clone()).unwrap_or_default(),
                 false => plan.name.clone(),
@@ -184,9 +188,21 @@ pub struct Preflight {
     pub objects: usize,
     /// What could not be read or used: a run with errors is never "safe".
     pub errors: Vec<String>,
+    /// How many of the errors concern one plan only (it was passed over,
+    /// or is [`PlanOutcome::incomplete`]).
+    pub plan_errors: usize,
     pub notes: Vec<String>,
     /// Where the objects were read (none: no object was).
     pub covered: Option<audit::Covered>,
+}
+
+impl Preflight {
+    /// Whether every error concerns one plan only: the objects, the
+    /// installed CSVs and the allowlists were all read, so what was judged
+    /// of a complete plan may be written down.
+    pub fn complete(&self) -> bool {
+        self.errors.len() == self.plan_errors
+    }
 }
 
 /// A target ready to be judged: its plan, its CSV and the two allowlists.
@@ -242,6 +258,8 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
         };
         for target in &plan.targets {
             let Some(csv) = target_csv(connection, &plan, target, &mut found).await else {
+                found.plans[at].incomplete = true;
+                found.plan_errors += 1;
                 continue;
             };
             let by = found.plans[at].label.clone();
@@ -463,21 +481,30 @@ async fn read_plans(connection: &Connection, plans: &Plans, found: &mut Prefligh
             Ok(p) => p,
             Err(e) => {
                 found.errors.push(e.to_string());
+                found.plan_errors += 1;
                 continue;
             }
         };
-        match &plan.state {
-            State::Pending => out.push(plan),
-            State::NotReady(why) => found.errors.push(format!(
+        let error = match &plan.state {
+            State::Pending => {
+                out.push(plan);
+                continue;
+            }
+            State::NotReady(why) => format!(
                 "InstallPlan {} is not ready yet: {why}; run again once it waits for an approval",
                 plan.at()
-            )),
-            State::Settled(why) if named => found.errors.push(format!(
+            ),
+            State::Settled(why) if named => format!(
                 "InstallPlan {} does not wait for an approval: {why}; nothing to judge",
                 plan.at()
-            )),
-            State::Settled(_) => settled += 1,
-        }
+            ),
+            State::Settled(_) => {
+                settled += 1;
+                continue;
+            }
+        };
+        found.errors.push(error);
+        found.plan_errors += 1;
     }
     if settled > 0 {
         found.notes.push(format!(

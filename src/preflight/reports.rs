@@ -69,7 +69,7 @@ fn gathered(plan: &super::PlanOutcome, notes: &mut Vec<String>) -> Gathered {
 /// after a complete read, as `audit` writes its own: a report written from
 /// a partial one would drop the results of what could not be read.
 pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
-    if !found.errors.is_empty() {
+    if !found.complete() {
         found
             .notes
             .push("policy reports not written: not everything could be read (see the errors)".into());
@@ -78,7 +78,7 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
     let now = std::time::SystemTime::now();
     for at in 0..found.plans.len() {
         let plan = &found.plans[at];
-        if plan.passed_over.is_some() || plan.targets.is_empty() {
+        if plan.passed_over.is_some() || plan.targets.is_empty() || plan.incomplete {
             continue;
         }
         let gathered = gathered(plan, &mut found.notes);

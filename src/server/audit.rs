@@ -33,6 +33,8 @@ pub struct AuditInputs {
     /// Every allowlist the supply puts in force: each one is audited.
     pub allowlists: watch::Receiver<Arc<Allowlist>>,
     pub metrics: AuditMetrics,
+    /// With `--audit-preflight`: what the pre-flight after each audit reads.
+    pub upgrades: Option<super::upgrades::Upgrades>,
 }
 
 /// Starts the background audit if its interval is not zero. It stops
@@ -60,6 +62,7 @@ async fn run(inputs: AuditInputs, stop: CancellationToken) {
         policy,
         allowlists,
         metrics,
+        upgrades,
     } = inputs;
     let failed = |e: &crate::audit::AuditError| {
         metrics.failed();
@@ -95,6 +98,7 @@ async fn run(inputs: AuditInputs, stop: CancellationToken) {
         },
         policy: &policy,
         metrics: &metrics,
+        upgrades: upgrades.as_ref(),
     };
     // Takes the leader channel: when it returns, the channel is closed.
     auditor.follow(allowlists, leader, &stop).await;
@@ -124,6 +128,7 @@ struct Auditor<'a> {
     writes: Writes,
     policy: &'a Policy,
     metrics: &'a AuditMetrics,
+    upgrades: Option<&'a super::upgrades::Upgrades>,
 }
 
 impl Auditor<'_> {
@@ -215,6 +220,11 @@ impl Auditor<'_> {
                 self.metrics.failed();
                 tracing::error!(error = %e, seconds, "background audit failed");
             }
+        }
+        if let Some(upgrades) = self.upgrades {
+            upgrades
+                .judge(self.connection, self.policy, target, self.metrics)
+                .await;
         }
     }
 

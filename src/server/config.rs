@@ -194,6 +194,13 @@ pub struct BackgroundArgs {
         value_name = "CLUSTERROLE"
     )]
     pub owner: Option<String>,
+    /// After each audit, also judge every operator upgrade that waits for
+    /// an approval in the namespaces of --allowlist-csv (as `preflight
+    /// --all-pending` does): each plan carries its judgement (the
+    /// digest-gate.dev/preflight annotation) that the webhook answers its
+    /// approval from, and its findings are metrics.
+    #[arg(long = "audit-preflight", env = "DIGEST_GATE_AUDIT_PREFLIGHT")]
+    pub preflight: bool,
     /// Kubeconfig context for the audit and --allowlist-csv.
     #[arg(long, env = "DIGEST_GATE_CONTEXT")]
     pub context: Option<String>,

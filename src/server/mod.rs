@@ -31,6 +31,7 @@ pub mod state;
 pub mod supply;
 mod tasks;
 pub mod tls;
+pub mod upgrades;
 pub mod verify;
 
 use std::net::SocketAddr;
@@ -205,6 +206,10 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
     let ready = Arc::new(Readiness::default());
     let (certificate, acceptor) = serving_key(&config, &inputs, &metrics.reloads)?;
     let installed = (!config.csvs.allowlist_csv.is_empty()).then(|| Arc::new(Installed::default()));
+    let upgrades = config.audit.preflight.then(|| upgrades::Upgrades {
+        paths: inputs.allowlists.clone(),
+        csvs: config.csvs.allowlist_csv.clone(),
+    });
     let sources = Sources {
         paths: inputs.allowlists,
         policy: inputs.policy.clone(),
@@ -231,7 +236,7 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
     announce(&state, webhook_addr, admin_addr);
 
     let stop = CancellationToken::new();
-    let audit = spawn_background(&config, &state, &supply, &stop)?;
+    let audit = spawn_background(&config, &state, (&supply, upgrades), &stop)?;
     if let (Some(published), Some(metrics)) = (published, state.metrics.verify.clone()) {
         verify::spawn(
             config.verify.clone(),
@@ -273,7 +278,7 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
 fn spawn_background(
     config: &ServerArgs,
     state: &State,
-    supply: &Supply,
+    (supply, upgrades): (&Supply, Option<upgrades::Upgrades>),
     stop: &CancellationToken,
 ) -> Result<Option<std::thread::JoinHandle<()>>, ServerError> {
     let context = config.audit.context.clone();
@@ -288,6 +293,7 @@ fn spawn_background(
         policy: state.policy.clone(),
         allowlists: supply.subscribe(),
         metrics: state.metrics.audit.clone(),
+        upgrades,
     };
     audit::spawn(inputs, stop.clone()).map_err(thread)
 }

@@ -944,3 +944,21 @@ def test_approvals_have_a_validating_entry_of_their_own_only_when_on(default_obj
     assert "allowlist.fromInstalledOperators" in str(err.value)
     with pytest.raises(helm.HelmError):
         render({"audit": {"preflight": {"enabled": "yes"}}})
+
+
+def test_the_background_pre_flight_is_granted_what_it_reads_and_the_patch_it_writes():
+    values = {"audit": {"enabled": True, "preflight": {"enabled": True}},
+              "allowlist": {"fromInstalledOperators": FROM_OPERATORS}}
+    objects = render(values)
+    assert "--audit-preflight" in args(objects)
+    for ns in ("redhat-ods-operator", "openshift-operators"):
+        (role,) = [r for r in find(objects, "Role", CSV_ROLE) if r["metadata"]["namespace"] == ns]
+        granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+        assert granted == {("clusterserviceversions", "list"), ("clusterserviceversions", "watch"),
+                           ("installplans", "list"), ("subscriptions", "list"), ("installplans", "patch")}, granted
+    # Without the background audit the approvals are answered from what
+    # `preflight --annotate` wrote: nothing more is granted, nothing runs.
+    alone = render({"audit": {"preflight": {"enabled": True}}, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}})
+    assert not [a for a in args(alone) if a.startswith("--audit")]
+    for role in find(alone, "Role", CSV_ROLE):
+        assert [r["resources"] for r in role["rules"]] == [["clusterserviceversions"]]

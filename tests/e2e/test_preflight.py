@@ -631,6 +631,35 @@ def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, relea
     incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
 
 
+def test_the_webhook_judges_pending_plans_in_the_background(incident, release):
+    """serve --audit-preflight: the leader judges every plan waiting in the
+    operators' namespace after its audit, leaves the judgement on each, and
+    exports what it found; the approval is then answered without anyone
+    running preflight."""
+    incident.kubectl("label", "namespace", OPERATORS, f"kubernetes.io/metadata.name={OPERATORS}", "--overwrite")
+    name = "install-background"
+    incident.apply(plan(name, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
+    release.install({"audit": {"enabled": True, "interval": "1h", "preflight": {"enabled": True},
+                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}},
+                     "allowlist": {"fromInstalledOperators": [{"namespace": OPERATORS}]},
+                     "kindModes": {"InstallPlan": "enforce"}})
+    assert "--audit-preflight" in release.pod.args
+
+    def judgement() -> dict | None:
+        found = incident.get("installplan", name, OPERATORS)["metadata"].get("annotations", {})
+        return json.loads(found["digest-gate.dev/preflight"]) if "digest-gate.dev/preflight" in found else None
+    judged = wait_until("the background pre-flight's judgement on the plan", judgement, timeout=90)
+    assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
+    # The plan whose bundle is gone and the one still unpacking are said in
+    # the log, and hold no other plan's judgement back.
+    pending = release.pod.metric("digest_gate_pending_upgrade_findings", namespace=OPERATORS,
+                                 package="rhods-operator", reason="stale_after_upgrade")
+    assert pending >= 2, release.pod.log_path.read_text()[-3000:]
+    r = approve(incident, name)
+    assert r.returncode != 0 and "validate-approvals.digest-gate.dev" in r.stderr, r.stderr
+    incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
+
+
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
     for kind, name in (("servingruntime", "ovms"), ("deployment", "modelmesh-serving-ovms")):
         o = incident.get(kind, name, MODELS)

@@ -1,0 +1,113 @@
+//! `serve --audit-preflight`: after each background audit, the leader
+//! judges every operator upgrade waiting for an approval in the installed
+//! operators' namespaces (`--allowlist-csv`), with `preflight`'s own code
+//! (`preflight::run`, pending as it defines it, superseded plans passed
+//! over). Each judged plan carries its judgement (`preflight --annotate`'s
+//! annotation), which every replica answers the plan's approval from, and
+//! what it found is the `digest_gate_pending_upgrade_findings` metric.
+//! Off the admission path: the audit's thread and runtime.
+
+use std::path::PathBuf;
+
+use crate::allowlist;
+use crate::audit::{self, Connection, installed::Csvs};
+use crate::metrics::AuditMetrics;
+use crate::policy::Policy;
+use crate::preflight::{self, Plans, Preflight};
+use crate::report::UpgradeChange;
+
+/// What the pre-flight reads besides the cluster: the allowlist files the
+/// server loads, and the installed operators' namespaces.
+#[derive(Debug, Clone)]
+pub struct Upgrades {
+    pub paths: Vec<PathBuf>,
+    pub csvs: Vec<Csvs>,
+}
+
+impl Upgrades {
+    /// Judges the pending plans, annotates each, and exports what it found.
+    /// What could not be read is logged and counted as a failed run; the
+    /// series of plans no longer pending go with the next round.
+    pub async fn judge(
+        &self,
+        connection: &Connection,
+        policy: &Policy,
+        target: audit::Target,
+        metrics: &AuditMetrics,
+    ) {
+        let files = match allowlist::open_files(&self.paths) {
+            Ok(files) => files,
+            Err(e) => {
+                metrics.failed();
+                tracing::error!(error = %e, "pre-flight: the allowlist files cannot be opened");
+                return;
+            }
+        };
+        let mut namespaces: Vec<String> = self.csvs.iter().map(|c| c.namespace.clone()).collect();
+        namespaces.sort();
+        namespaces.dedup();
+        let inputs = preflight::Inputs {
+            plans: Plans::AllPending { namespaces },
+            files: &files,
+            // Each plan's namespace's CSVs are read with it.
+            csvs: &[],
+            policy,
+            target,
+            quiet: true,
+            registry: None,
+            policy_reports: false,
+            annotate: true,
+        };
+        let found = preflight::run(connection, &inputs).await;
+        // "Nothing waits for an approval" is the usual answer, not an error.
+        let errors: Vec<&String> = found
+            .errors
+            .iter()
+            .filter(|e| !e.ends_with(": nothing was judged"))
+            .collect();
+        for e in &errors {
+            tracing::warn!(error = %e, "pre-flight");
+        }
+        if !errors.is_empty() {
+            metrics.failed();
+        }
+        metrics.pending_upgrades(&findings(&found));
+        tracing::info!(
+            plans = found.plans.len(),
+            judged = found.plans.iter().filter(|p| !p.targets.is_empty()).count(),
+            errors = errors.len(),
+            "pre-flight done"
+        );
+    }
+}
+
+/// What the metric says: per plan's namespace and target package, the
+/// objects in each category and the digests that will not pull.
+pub fn findings(found: &Preflight) -> Vec<(String, String, &'static str, usize)> {
+    let mut out = Vec::new();
+    for plan in &found.plans {
+        let Some((namespace, _)) = plan.installplan() else {
+            continue;
+        };
+        for t in &plan.targets {
+            let package = t.package.clone().unwrap_or_else(|| t.csv.clone());
+            let count = |change: UpgradeChange| t.concerned.iter().filter(|c| c.change == change).count();
+            for change in [UpgradeChange::StaleAfterUpgrade, UpgradeChange::AlreadyStale] {
+                out.push((
+                    namespace.to_owned(),
+                    package.clone(),
+                    change.into(),
+                    count(change),
+                ));
+            }
+            let (unpullable, _) = t.pull_findings();
+            out.push((
+                namespace.to_owned(),
+                package,
+                "unpullable_after_upgrade",
+                unpullable.len(),
+            ));
+        }
+    }
+    out
+}
