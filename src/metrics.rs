@@ -81,10 +81,12 @@ struct AuditLabels {
 
 /// A pending operator upgrade's findings: the plan's namespace, the
 /// target's package (both bounded by the operators installed), and a
-/// category of `preflight` or `unpullable_after_upgrade`.
+/// category of `preflight` or `unpullable_after_upgrade`. The plan's
+/// namespace is not `namespace`: Prometheus would rename that to
+/// `exported_namespace`, the target's own `namespace` label winning.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PendingLabels {
-    namespace: String,
+    plan_namespace: String,
     package: String,
     reason: &'static str,
 }
@@ -641,7 +643,7 @@ impl AuditMetrics {
         self.pending_upgrade_findings.clear();
         for (namespace, package, reason, n) in found {
             let labels = PendingLabels {
-                namespace: namespace.clone(),
+                plan_namespace: namespace.clone(),
                 package: package.clone(),
                 reason,
             };

@@ -54,9 +54,17 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
     }
     let now = SystemTime::now();
     let mut annotated = Vec::new();
+    let mut notes = Vec::new();
     for plan in &found.plans {
         // A plan with a target that could not be read is not judged whole.
-        if plan.passed_over.is_some() || plan.targets.is_empty() || plan.incomplete {
+        if plan.incomplete {
+            notes.push(format!(
+                "{}: no judgement annotated: a target could not be read",
+                plan.label
+            ));
+            continue;
+        }
+        if plan.passed_over.is_some() || plan.targets.is_empty() {
             continue;
         }
         let Some((namespace, name)) = plan.installplan() else {
@@ -68,6 +76,7 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
             Err(e) => found.errors.push(e.message().to_owned()),
         }
     }
+    found.notes.extend(notes);
     if !annotated.is_empty() {
         found.notes.push(format!(
             "judgement annotated ({JUDGED_ANNOTATION}) on InstallPlan {}",

@@ -78,7 +78,14 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
     let now = std::time::SystemTime::now();
     for at in 0..found.plans.len() {
         let plan = &found.plans[at];
-        if plan.passed_over.is_some() || plan.targets.is_empty() || plan.incomplete {
+        if plan.incomplete {
+            found.notes.push(format!(
+                "{}: no policy report written: a target could not be read",
+                plan.label
+            ));
+            continue;
+        }
+        if plan.passed_over.is_some() || plan.targets.is_empty() {
             continue;
         }
         let gathered = gathered(plan, &mut found.notes);

@@ -32,10 +32,13 @@ FOREIGN = {"up", "kube_deployment_status_replicas_available"}
 # Families with series only once the background audit ran against a cluster,
 # and their labels: tests/e2e/test_audit.py reads them there by these labels.
 # (An empty family is not exposed at all.)
-AUDITED = {"digest_gate_audit_findings": {"kind", "verdict"}}
+AUDITED = {"digest_gate_audit_findings": {"kind", "verdict"},
+           "digest_gate_pending_upgrade_findings": {"plan_namespace", "package", "reason"}}
 RULE_VALUES = {"metrics": {"serviceMonitor": {"enabled": True},
                            "prometheusRule": {"enabled": True, "allowlistMaxAgeHours": 24, "kubeStateMetrics": True}},
-               "allowlist": {"verifyRegistry": {"enabled": True}}}
+               "allowlist": {"verifyRegistry": {"enabled": True},
+                             "fromInstalledOperators": [{"namespace": "redhat-ods-operator"}]},
+               "audit": {"enabled": True, "preflight": {"enabled": True}}}
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -190,7 +193,8 @@ def test_rules_and_dashboard_read_only_metrics_and_labels_the_binary_exposes(scr
                      "digest_gate_admission_duration_seconds_bucket", "digest_gate_reloads_total",
                      "digest_gate_certificate_expiry_timestamp_seconds", "digest_gate_promoted_images",
                      "digest_gate_registry_verification_errors_total",
-                     "digest_gate_registry_verification_duration_seconds_sum"}, shown
+                     "digest_gate_registry_verification_duration_seconds_sum",
+                     "digest_gate_pending_upgrade_findings"}, shown
     # Panels do not overlap on Grafana's 24-column grid.
     cells = set()
     for panel in dashboard["panels"]:
@@ -271,6 +275,12 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
     setup = s("digest_gate_registry_verification_errors_total", reason="setup")
     csvs_down = s("digest_gate_installed_csvs_watch_down_since_timestamp_seconds")
     lease_missing = s("digest_gate_audit_lease_errors_total", reason="missing")
+
+    def pending(reason: str) -> str:
+        # Exposed only after a pre-flight against a cluster (AUDITED): named
+        # with the target's labels as the e2e reads them.
+        labels = {**TARGET, "plan_namespace": "redhat-ods-operator", "package": "rhods-operator", "reason": reason}
+        return "digest_gate_pending_upgrade_findings{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
     buckets = [(n, labels) for n, labels, _ in samples if n == "digest_gate_admission_duration_seconds_bucket"
                and labels["endpoint"] == "validate"]
     assert {"1.0", "2.5", "+Inf"} <= {b[1]["le"] for b in buckets}, "the latency buckets cannot tell 1 s"
@@ -334,6 +344,12 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
         case("DigestGateAuditLeaseUnusable", "30m", [(lease_missing, "0+2x40")], [{"severity": "warning", **per_pod}]),
         case("DigestGateAuditLeaseUnusable", "10m", [(lease_missing, "0+2x40")], []),
         case("DigestGateAuditLeaseUnusable", "30m", [(lease_missing, "3x40")], []),
+        # A plan judged to leave 3 objects stale; one that breaks nothing.
+        case("DigestGatePendingUpgradeWouldBreak", "2m", [(pending("stale_after_upgrade"), "3x5")],
+             [{"severity": "warning", "plan_namespace": "redhat-ods-operator", "package": "rhods-operator",
+               "reason": "stale_after_upgrade"}]),
+        case("DigestGatePendingUpgradeWouldBreak", "2m",
+             [(pending("stale_after_upgrade"), "0x5"), (pending("already_stale"), "2x5")], []),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "1x90")], [{"severity": "warning", "namespace": ns}]),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "0x90")], []),
     ]

@@ -571,9 +571,15 @@ def test_policy_reports_are_written_beside_the_audits_rerun_unchanged_and_cleane
     for ns in (MODELS, APPS):
         assert cluster.get(POLICY_REPORT, PREFLIGHT_REPORT, ns) is None
         assert cluster.get(POLICY_REPORT, "digest-gate", ns) is None
-    # A plan whose bundle cannot be read writes no report at all.
-    code, out, err = preflight(cluster, "--installplan", f"{OPERATORS}/install-missing", "--policy-reports")
-    assert code == 2 and "note: policy reports not written: not everything could be read" in out, out + err
+    # A plan whose bundle cannot be read is not judged whole: no report.
+    code, out, err = preflight(cluster, "--installplan", f"{OPERATORS}/install-missing", "--policy-reports",
+                               "--annotate")
+    assert code == 2, out + err
+    assert f"note: InstallPlan {OPERATORS}/install-missing: no policy report written: a target could not be read" \
+        in out and "no judgement annotated: a target could not be read" in out, out
+    assert cluster.get(POLICY_REPORT, "digest-gate-preflight-install-missing", APPS) is None
+    annotations = cluster.get("installplan", "install-missing", OPERATORS)["metadata"].get("annotations", {})
+    assert "digest-gate.dev/preflight" not in annotations
 
 
 def approve(cluster, name: str, reason: str | None = None) -> subprocess.CompletedProcess:
@@ -652,7 +658,7 @@ def test_the_webhook_judges_pending_plans_in_the_background(incident, release):
     assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
     # The plan whose bundle is gone and the one still unpacking are said in
     # the log, and hold no other plan's judgement back.
-    pending = release.pod.metric("digest_gate_pending_upgrade_findings", namespace=OPERATORS,
+    pending = release.pod.metric("digest_gate_pending_upgrade_findings", plan_namespace=OPERATORS,
                                  package="rhods-operator", reason="stale_after_upgrade")
     assert pending >= 2, release.pod.log_path.read_text()[-3000:]
     r = approve(incident, name)
