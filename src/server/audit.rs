@@ -100,8 +100,17 @@ async fn run(inputs: AuditInputs, stop: CancellationToken) {
         metrics: &metrics,
         upgrades: upgrades.as_ref(),
     };
+    // With --audit-preflight, a plan that comes to wait wakes a round.
+    let appeared = Arc::new(tokio::sync::Notify::new());
+    let watch = upgrades.as_ref().map(|u| {
+        let (u, client, appeared) = (u.clone(), connection.client.clone(), appeared.clone());
+        tokio::spawn(async move { u.watch_plans(client, appeared).await })
+    });
     // Takes the leader channel: when it returns, the channel is closed.
-    auditor.follow(allowlists, leader, &stop).await;
+    auditor.follow(allowlists, leader, (&appeared, &stop)).await;
+    if let Some(watch) = watch {
+        watch.abort();
+    }
     metrics.leader(false);
     if let Some(election) = election {
         election.finish().await;
@@ -134,13 +143,15 @@ struct Auditor<'a> {
 impl Auditor<'_> {
     /// Audits while this replica leads: at once, after every allowlist put
     /// in force, and on the interval; until `stop`, or until the election
-    /// stops.
+    /// stops. A plan that comes to wait (`appeared`) wakes a pre-flight
+    /// alone.
     async fn follow(
         &mut self,
         mut allowlists: watch::Receiver<Arc<Allowlist>>,
         mut leader: watch::Receiver<bool>,
-        stop: &CancellationToken,
+        (appeared, stop): (&tokio::sync::Notify, &CancellationToken),
     ) {
+        let mut wake = Wake::Audit;
         loop {
             let is_leader = *leader.borrow_and_update();
             self.metrics.leader(is_leader);
@@ -156,7 +167,7 @@ impl Auditor<'_> {
                 // one that loses it stops where it is.
                 let mut lost = leader.clone();
                 tokio::select! {
-                    () = self.audit(&allowlist) => {}
+                    () = self.wakened(wake, &allowlist) => {}
                     _ = lost.wait_for(|leading| !leading) => {
                         tracing::warn!("background audit: the Lease was lost during a run; stopped it");
                         continue;
@@ -164,32 +175,60 @@ impl Auditor<'_> {
                     () = stop.cancelled() => return,
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(self.flags.interval) => {}
+            wake = tokio::select! {
+                () = tokio::time::sleep(self.flags.interval) => Wake::Audit,
                 changed = allowlists.changed() => match changed {
-                    Ok(()) => tracing::info!("background audit: the allowlist changed; auditing again"),
+                    Ok(()) => {
+                        tracing::info!("background audit: the allowlist changed; auditing again");
+                        Wake::Audit
+                    }
                     // The supply has stopped: the server is stopping.
                     Err(_) => return,
                 },
-                changed = leader.changed() => if changed.is_err() {
-                    tracing::error!("background audit: leader election stopped; not auditing");
-                    return;
+                changed = leader.changed() => match changed {
+                    Ok(()) => Wake::Audit,
+                    Err(_) => {
+                        tracing::error!("background audit: leader election stopped; not auditing");
+                        return;
+                    }
                 },
+                () = appeared.notified() => {
+                    tracing::info!("pre-flight: an InstallPlan waits for an approval; judging it");
+                    Wake::Plans
+                }
                 () = stop.cancelled() => return,
             }
         }
     }
 
-    async fn audit(&self, allowlist: &Allowlist) {
-        let started = Instant::now();
-        let target = Target {
+    /// What a wake-up runs: the audit (and the pre-flight after it), or
+    /// the pre-flight alone.
+    async fn wakened(&self, wake: Wake, allowlist: &Allowlist) {
+        match (wake, self.upgrades) {
+            (Wake::Plans, Some(upgrades)) => {
+                upgrades
+                    .judge(self.connection, self.policy, self.target(), self.metrics)
+                    .await
+            }
+            _ => self.audit(allowlist).await,
+        }
+    }
+
+    /// What an audit reads.
+    fn target(&self) -> Target {
+        Target {
             scope: Scope::All {
                 namespace_selector: self.flags.namespace_selector.clone(),
             },
             label_selector: None,
             kinds: None,
             break_glass_label: Some(self.flags.break_glass_label.clone()),
-        };
+        }
+    }
+
+    async fn audit(&self, allowlist: &Allowlist) {
+        let started = Instant::now();
+        let target = self.target();
         let rules = crate::judge::Rules {
             policy: self.policy,
             allowlist,
@@ -257,6 +296,16 @@ impl Auditor<'_> {
             "background audit done"
         );
     }
+}
+
+/// Why the background task woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// The interval, a new allowlist, leadership: audit (and judge the
+    /// waiting plans after).
+    Audit,
+    /// A plan came to wait: judge the waiting plans alone.
+    Plans,
 }
 
 /// Objects with findings per (kind, verdict), each kind read with both

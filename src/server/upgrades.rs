@@ -5,9 +5,18 @@
 //! over). Each judged plan carries its judgement (`preflight --annotate`'s
 //! annotation), which every replica answers the plan's approval from, and
 //! what it found is the `digest_gate_pending_upgrade_findings` metric.
-//! Off the admission path: the audit's thread and runtime.
+//! A watch of the InstallPlans there wakes it as soon as a plan waits
+//! unjudged, without waiting for the next audit. Off the admission path:
+//! the audit's thread and runtime.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
 
 use crate::allowlist;
 use crate::audit::{self, Connection, installed::Csvs};
@@ -25,6 +34,36 @@ pub struct Upgrades {
 }
 
 impl Upgrades {
+    /// The installed operators' namespaces, each once.
+    fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> = self.csvs.iter().map(|c| c.namespace.clone()).collect();
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+
+    /// Wakes `appeared` whenever a plan there comes to wait for an approval
+    /// unjudged (a change OLM or a person makes; the annotation a round
+    /// writes is a judgement, so it wakes nothing). Until the future is
+    /// dropped; a failing watch is logged and retried with kube's backoff.
+    pub async fn watch_plans(&self, client: kube::Client, appeared: Arc<Notify>) {
+        let gvk = GroupVersionKind::gvk(preflight::plan::GROUP, preflight::plan::VERSION, "InstallPlan");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "installplans");
+        let watches = self.namespaces().into_iter().map(|ns| {
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            watcher(api, watcher::Config::default()).default_backoff().boxed()
+        });
+        let mut events = futures::stream::select_all(watches);
+        while let Some(event) = events.next().await {
+            match event {
+                // The first list is the next round's to judge.
+                Ok(watcher::Event::Apply(plan)) if waits_unjudged(&plan) => appeared.notify_one(),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "pre-flight: the InstallPlan watch failed; retrying"),
+            }
+        }
+    }
+
     /// Judges the pending plans, annotates each, and exports what it found.
     /// What could not be read is logged and counted as a failed run; the
     /// series of plans no longer pending go with the next round.
@@ -43,11 +82,10 @@ impl Upgrades {
                 return;
             }
         };
-        let mut namespaces: Vec<String> = self.csvs.iter().map(|c| c.namespace.clone()).collect();
-        namespaces.sort();
-        namespaces.dedup();
         let inputs = preflight::Inputs {
-            plans: Plans::AllPending { namespaces },
+            plans: Plans::AllPending {
+                namespaces: self.namespaces(),
+            },
             files: &files,
             // Each plan's namespace's CSVs are read with it.
             csvs: &[],
@@ -79,6 +117,20 @@ impl Upgrades {
             "pre-flight done"
         );
     }
+}
+
+/// Whether `plan` waits for an approval and carries no judgement yet.
+fn waits_unjudged(plan: &DynamicObject) -> bool {
+    let judged = plan
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(crate::admission::approval::JUDGED_ANNOTATION));
+    !judged
+        && serde_json::to_value(plan)
+            .ok()
+            .and_then(|v| preflight::plan::Plan::read(&v).ok())
+            .is_some_and(|p| p.state == preflight::plan::State::Pending)
 }
 
 /// What the metric says: per plan's namespace and target package, the

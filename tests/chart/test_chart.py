@@ -955,7 +955,8 @@ def test_the_background_pre_flight_is_granted_what_it_reads_and_the_patch_it_wri
         (role,) = [r for r in find(objects, "Role", CSV_ROLE) if r["metadata"]["namespace"] == ns]
         granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
         assert granted == {("clusterserviceversions", "list"), ("clusterserviceversions", "watch"),
-                           ("installplans", "list"), ("subscriptions", "list"), ("installplans", "patch")}, granted
+                           ("installplans", "list"), ("installplans", "watch"), ("subscriptions", "list"),
+                           ("installplans", "patch")}, granted
     # Without the background audit the approvals are answered from what
     # `preflight --annotate` wrote: nothing more is granted, nothing runs.
     alone = render({"audit": {"preflight": {"enabled": True}}, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}})

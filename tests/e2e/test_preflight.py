@@ -663,7 +663,17 @@ def test_the_webhook_judges_pending_plans_in_the_background(incident, release):
     assert pending >= 2, release.pod.log_path.read_text()[-3000:]
     r = approve(incident, name)
     assert r.returncode != 0 and "validate-approvals.digest-gate.dev" in r.stderr, r.stderr
-    incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
+    # A plan that comes to wait is judged at once (the watch), not at the
+    # next audit an hour away.
+    rounds = release.pod.metric("digest_gate_audit_duration_seconds_count")
+    later = "install-later"
+    incident.apply(plan(later, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
+    name = later  # what judgement() reads
+    judged = wait_until("the judgement of a plan that came to wait", judgement, timeout=60)
+    assert judged["targets"] == [NEW], judged
+    assert release.pod.metric("digest_gate_audit_duration_seconds_count") == rounds, "it was not the audit"
+    for plan_name in ("install-background", later):
+        incident.kubectl("-n", OPERATORS, "delete", "installplan", plan_name)
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
