@@ -65,8 +65,9 @@ impl Upgrades {
     }
 
     /// Judges the pending plans, annotates each, and exports what it found.
-    /// What could not be read is logged and counted as a failed run; the
-    /// series of plans no longer pending go with the next round.
+    /// What could not be read is logged, and counted as a failed run unless
+    /// it concerns one plan only; the series of plans no longer pending go
+    /// with the next round.
     pub async fn judge(
         &self,
         connection: &Connection,
@@ -87,8 +88,9 @@ impl Upgrades {
                 namespaces: self.namespaces(),
             },
             files: &files,
-            // Each plan's namespace's CSVs are read with it.
-            csvs: &[],
+            // What the webhook merges into the allowlist in force: every
+            // installed operator's CSVs, not only the plan's namespace's.
+            csvs: &self.csvs,
             policy,
             target,
             quiet: true,
@@ -97,23 +99,22 @@ impl Upgrades {
             annotate: true,
         };
         let found = preflight::run(connection, &inputs).await;
-        // "Nothing waits for an approval" is the usual answer, not an error.
-        let errors: Vec<&String> = found
-            .errors
-            .iter()
-            .filter(|e| !e.ends_with(": nothing was judged"))
-            .collect();
-        for e in &errors {
+        // "Nothing waits for an approval" is the usual answer, and a plan
+        // OLM is still unpacking a passing state: logged, not failures.
+        let idle = |e: &String| e.ends_with(": nothing was judged");
+        for e in found.errors.iter().filter(|e| !idle(e)) {
             tracing::warn!(error = %e, "pre-flight");
         }
-        if !errors.is_empty() {
+        let idle = found.errors.iter().filter(|e| idle(e)).count();
+        let failures = found.errors.len().saturating_sub(found.plan_errors + idle);
+        if failures > 0 {
             metrics.failed();
         }
         metrics.pending_upgrades(&findings(&found));
         tracing::info!(
             plans = found.plans.len(),
             judged = found.plans.iter().filter(|p| !p.targets.is_empty()).count(),
-            errors = errors.len(),
+            failures,
             "pre-flight done"
         );
     }
