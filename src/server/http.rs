@@ -179,13 +179,9 @@ async fn read_body(state: &State, body: Body) -> Result<Bytes, Response> {
 /// reloader would load it, off the runtime's workers (a large allowlist
 /// takes milliseconds to parse).
 async fn validate_allowlist(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
-    let timer = state.metrics.admission.timer(ALLOWLIST_ENDPOINT);
-    let body = match review_body(&state, request).await {
-        Ok(b) => b,
-        Err(response) => {
-            timer.discard();
-            return response;
-        }
+    let (timer, body) = match timed_body(&state, request, ALLOWLIST_ENDPOINT).await {
+        Ok(timed) => timed,
+        Err(response) => return response,
     };
     let checking = state.clone();
     let answered = tokio::task::spawn_blocking(move || {
@@ -210,13 +206,9 @@ const ALLOWLIST_ENDPOINT: &str = "validate-allowlist";
 /// `POST /validate-approval`: an InstallPlan update, its approval judged
 /// from the annotation on the plan as it was (no cluster, no registry).
 async fn validate_approval(Extract(state): Extract<Arc<State>>, request: Request) -> Response {
-    let timer = state.metrics.admission.timer(APPROVAL_ENDPOINT);
-    let body = match review_body(&state, request).await {
-        Ok(b) => b,
-        Err(response) => {
-            timer.discard();
-            return response;
-        }
+    let (timer, body) = match timed_body(&state, request, APPROVAL_ENDPOINT).await {
+        Ok(timed) => timed,
+        Err(response) => return response,
     };
     let answered = admission::answer_approval(&body, state.policy.mode_for("InstallPlan"));
     answer(APPROVAL_ENDPOINT, &state, timer, answered)
@@ -226,13 +218,9 @@ async fn validate_approval(Extract(state): Extract<Arc<State>>, request: Request
 const APPROVAL_ENDPOINT: &str = "validate-approval";
 
 async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response {
-    let timer = state.metrics.admission.timer(endpoint.as_str());
-    let body = match review_body(state, request).await {
-        Ok(b) => b,
-        Err(response) => {
-            timer.discard();
-            return response;
-        }
+    let (timer, body) = match timed_body(state, request, endpoint.as_str()).await {
+        Ok(timed) => timed,
+        Err(response) => return response,
     };
     let allowlist = state.allowlist.load();
     // Loaded only with --verify-registry: without it a review costs what
@@ -245,6 +233,22 @@ async fn review(endpoint: Endpoint, state: &State, request: Request) -> Response
     };
     let answered = admission::answer(endpoint, &body, rules);
     answer(endpoint.as_str(), state, timer, answered)
+}
+
+/// A review's body, timed under `endpoint`; a body refused is not timed.
+async fn timed_body<'s>(
+    state: &'s State,
+    request: Request,
+    endpoint: &'static str,
+) -> Result<(Timer<'s>, Bytes), Response> {
+    let timer = state.metrics.admission.timer(endpoint);
+    match review_body(state, request).await {
+        Ok(body) => Ok((timer, body)),
+        Err(response) => {
+            timer.discard();
+            Err(response)
+        }
+    }
 }
 
 /// The body of a review request: JSON, within the size limit, sent in time.
