@@ -218,6 +218,7 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         registry,
         policy_reports: args.policy_reports,
         annotate: args.annotate,
+        owner: None,
     };
     let found = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings())

@@ -121,6 +121,7 @@ pub(super) async fn plan(
             .map(|s| text(s, "/metadata/namespace"))
             .unwrap_or_default(),
         name: String::new(),
+        uid: None,
         created: None,
         state: State::Pending,
         owners: subscription.iter().map(|s| text(s, "/metadata/name")).collect(),

@@ -68,6 +68,9 @@ pub struct Inputs<'a> {
     pub policy_reports: bool,
     /// `--annotate`: write each judged plan's judgement on it.
     pub annotate: bool,
+    /// The owner reference put on the reports written (the background
+    /// audit's ClusterRole, so they go with the release).
+    pub owner: Option<&'a Value>,
 }
 
 /// One plan, and what became of it.
@@ -296,7 +299,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
         asks.ask(connection, asking, inputs.quiet, &mut found).await;
     }
     if inputs.policy_reports {
-        reports::write(connection, &mut found).await;
+        reports::write(connection, &mut found, inputs.owner).await;
     }
     if inputs.annotate {
         annotate::write(connection, &mut found).await;

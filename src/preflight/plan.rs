@@ -33,6 +33,8 @@ pub enum State {
 pub struct Plan {
     pub namespace: String,
     pub name: String,
+    /// `metadata.uid`, which an Event on the plan names.
+    pub uid: Option<String>,
     /// `metadata.creationTimestamp`, as the API serves it (RFC 3339).
     pub created: Option<String>,
     pub state: State,
@@ -96,6 +98,10 @@ impl Plan {
         }
         let state = state(object, &lookups, &targets);
         Ok(Plan {
+            uid: object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             namespace,
             name,
             created: object

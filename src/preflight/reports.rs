@@ -22,8 +22,12 @@ pub fn object_of(plan: &Plan, file: bool) -> Option<Value> {
         true => ("Subscription", plan.owners.first()?.as_str()),
     };
     (!plan.namespace.is_empty()).then(|| {
-        json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": kind,
-               "namespace": plan.namespace, "name": name})
+        let mut object = json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": kind,
+                                "namespace": plan.namespace, "name": name});
+        if let (false, Some(uid)) = (file, &plan.uid) {
+            object["uid"] = uid.clone().into();
+        }
+        object
     })
 }
 
@@ -68,7 +72,7 @@ fn gathered(plan: &super::PlanOutcome, notes: &mut Vec<String>) -> Gathered {
 /// Writes every judged plan's reports, and says what was written; only
 /// after a complete read, as `audit` writes its own: a report written from
 /// a partial one would drop the results of what could not be read.
-pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
+pub(super) async fn write(connection: &Connection, found: &mut Preflight, owner: Option<&Value>) {
     if !found.complete() {
         found
             .notes
@@ -90,7 +94,7 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
         }
         let gathered = gathered(plan, &mut found.notes);
         let covered = covered(found.covered.as_ref(), plan.object.as_ref());
-        match write::policy_reports(connection, &gathered, &covered, None, now).await {
+        match write::policy_reports(connection, &gathered, &covered, owner, now).await {
             Ok(w) => {
                 found.notes.push(format!(
                     "policy reports {}: {} created, {} updated, {} unchanged",

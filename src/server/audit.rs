@@ -207,7 +207,11 @@ impl Auditor<'_> {
         match (wake, self.upgrades) {
             (Wake::Plans, Some(upgrades)) => {
                 upgrades
-                    .judge(self.connection, self.policy, self.target(), self.metrics)
+                    .judge(
+                        self.connection,
+                        (self.policy, self.target(), &self.writes),
+                        self.metrics,
+                    )
                     .await
             }
             _ => self.audit(allowlist).await,
@@ -262,7 +266,7 @@ impl Auditor<'_> {
         }
         if let Some(upgrades) = self.upgrades {
             upgrades
-                .judge(self.connection, self.policy, target, self.metrics)
+                .judge(self.connection, (self.policy, target, &self.writes), self.metrics)
                 .await;
         }
     }

@@ -54,12 +54,34 @@ impl Upgrades {
             watcher(api, watcher::Config::default()).default_backoff().boxed()
         });
         let mut events = futures::stream::select_all(watches);
+        // The plans seen waiting: one that stops (approved, gone) wakes a
+        // round too, which removes what was written of it.
+        let mut waiting = std::collections::HashSet::new();
         while let Some(event) = events.next().await {
-            match event {
-                // The first list is the next round's to judge.
-                Ok(watcher::Event::Apply(plan)) if waits_unjudged(&plan) => appeared.notify_one(),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "pre-flight: the InstallPlan watch failed; retrying"),
+            let (plan, listed) = match event {
+                Ok(watcher::Event::InitApply(plan)) => (plan, true),
+                Ok(watcher::Event::Apply(plan)) => (plan, false),
+                Ok(watcher::Event::Delete(plan)) => {
+                    if waiting.remove(&(plan.metadata.namespace, plan.metadata.name)) {
+                        appeared.notify_one();
+                    }
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pre-flight: the InstallPlan watch failed; retrying");
+                    continue;
+                }
+            };
+            let key = (plan.metadata.namespace.clone(), plan.metadata.name.clone());
+            let (waits, judged) = state_of(&plan);
+            // The first list is the next round's to judge.
+            let wake = match waits {
+                true => !waiting.insert(key) || !listed,
+                false => waiting.remove(&key) && !listed,
+            };
+            if wake && (!waits || !judged) {
+                appeared.notify_one();
             }
         }
     }
@@ -71,8 +93,7 @@ impl Upgrades {
     pub async fn judge(
         &self,
         connection: &Connection,
-        policy: &Policy,
-        target: audit::Target,
+        (policy, target, writes): (&Policy, audit::Target, &audit::Writes),
         metrics: &AuditMetrics,
     ) {
         let files = match allowlist::open_files(&self.paths) {
@@ -95,10 +116,20 @@ impl Upgrades {
             target,
             quiet: true,
             registry: None,
-            policy_reports: false,
+            policy_reports: writes.policy_reports,
             annotate: true,
+            owner: writes.owner.as_ref(),
         };
-        let found = preflight::run(connection, &inputs).await;
+        let mut found = preflight::run(connection, &inputs).await;
+        if found.complete() {
+            let namespaces = self.namespaces();
+            let wrote = (
+                writes.owner.as_ref(),
+                writes.policy_reports,
+                namespaces.as_slice(),
+            );
+            settle(connection, &mut found, wrote).await;
+        }
         // "Nothing waits for an approval" is the usual answer, and a plan
         // OLM is still unpacking a passing state: logged, not failures.
         let idle = |e: &String| e.ends_with(": nothing was judged");
@@ -120,24 +151,70 @@ impl Upgrades {
     }
 }
 
-/// Whether `plan` waits for an approval and carries no judgement yet.
-fn waits_unjudged(plan: &DynamicObject) -> bool {
+/// After a round read whole: a Warning Event on each waiting plan whose
+/// approval would break something, and, with an owner, what was written of
+/// plans that no longer wait (approved, superseded, gone) removed.
+async fn settle(
+    connection: &Connection,
+    found: &mut Preflight,
+    (owner, reports, namespaces): (Option<&serde_json::Value>, bool, &[String]),
+) {
+    let now = std::time::SystemTime::now();
+    let mut breaking = Vec::new();
+    let mut waiting = std::collections::BTreeSet::new();
+    for plan in found.plans.iter().filter(|p| p.passed_over.is_none()) {
+        let (Some((namespace, name)), Some(object)) = (plan.installplan(), &plan.object) else {
+            continue;
+        };
+        waiting.insert((namespace.to_owned(), name.to_owned()));
+        let judged = preflight::annotate::judged(plan, now);
+        if !plan.incomplete && judged.blocks() {
+            let message = format!("digest-gate: approving it {}", judged.what_it_breaks());
+            breaking.push((object.clone(), message));
+        }
+    }
+    match audit::write::plan_events(connection, &breaking, owner, now).await {
+        Ok(w) => found.errors.extend(w.errors),
+        Err(e) => found.errors.push(e.to_string()),
+    }
+    let Some(uid) = owner.and_then(|o| o["uid"].as_str()) else {
+        return;
+    };
+    match audit::write::remove_settled(connection, uid, (reports, namespaces), &waiting).await {
+        Ok(removed) => {
+            if removed.reports + removed.events > 0 {
+                tracing::info!(
+                    reports = removed.reports,
+                    events = removed.events,
+                    "pre-flight: removed what concerned plans that no longer wait"
+                );
+            }
+            found.errors.extend(removed.errors);
+        }
+        Err(e) => found.errors.push(e.to_string()),
+    }
+}
+
+/// Whether `plan` waits for an approval, and whether it carries a
+/// judgement.
+fn state_of(plan: &DynamicObject) -> (bool, bool) {
     let judged = plan
         .metadata
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(crate::admission::approval::JUDGED_ANNOTATION));
-    !judged
-        && serde_json::to_value(plan)
-            .ok()
-            .and_then(|v| preflight::plan::Plan::read(&v).ok())
-            .is_some_and(|p| p.state == preflight::plan::State::Pending)
+    let waits = serde_json::to_value(plan)
+        .ok()
+        .and_then(|v| preflight::plan::Plan::read(&v).ok())
+        .is_some_and(|p| p.state == preflight::plan::State::Pending);
+    (waits, judged)
 }
 
-/// What the metric says: per plan's namespace and target package, the
-/// objects in each category and the digests that will not pull.
+/// What the metric says: per plan's namespace, target package and reason,
+/// the objects in each category and the digests that will not pull; of
+/// several plans of one package waiting there, the worst.
 pub fn findings(found: &Preflight) -> Vec<(String, String, &'static str, usize)> {
-    let mut out = Vec::new();
+    let mut worst: std::collections::BTreeMap<(String, String, &'static str), usize> = Default::default();
     for plan in &found.plans {
         let Some((namespace, _)) = plan.installplan() else {
             continue;
@@ -145,22 +222,27 @@ pub fn findings(found: &Preflight) -> Vec<(String, String, &'static str, usize)>
         for t in &plan.targets {
             let package = t.package.clone().unwrap_or_else(|| t.csv.clone());
             let count = |change: UpgradeChange| t.concerned.iter().filter(|c| c.change == change).count();
-            for change in [UpgradeChange::StaleAfterUpgrade, UpgradeChange::AlreadyStale] {
-                out.push((
-                    namespace.to_owned(),
-                    package.clone(),
-                    change.into(),
-                    count(change),
-                ));
+            let counts = [
+                (
+                    UpgradeChange::StaleAfterUpgrade.into(),
+                    count(UpgradeChange::StaleAfterUpgrade),
+                ),
+                (
+                    UpgradeChange::AlreadyStale.into(),
+                    count(UpgradeChange::AlreadyStale),
+                ),
+                ("unpullable_after_upgrade", t.pull_findings().0.len()),
+            ];
+            for (reason, n) in counts {
+                let at = worst
+                    .entry((namespace.to_owned(), package.clone(), reason))
+                    .or_default();
+                *at = (*at).max(n);
             }
-            let (unpullable, _) = t.pull_findings();
-            out.push((
-                namespace.to_owned(),
-                package,
-                "unpullable_after_upgrade",
-                unpullable.len(),
-            ));
         }
     }
-    out
+    worst
+        .into_iter()
+        .map(|((namespace, package, reason), n)| (namespace, package, reason, n))
+        .collect()
 }

@@ -956,7 +956,16 @@ def test_the_background_pre_flight_is_granted_what_it_reads_and_the_patch_it_wri
         granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
         assert granted == {("clusterserviceversions", "list"), ("clusterserviceversions", "watch"),
                            ("installplans", "list"), ("installplans", "watch"), ("subscriptions", "list"),
-                           ("installplans", "patch")}, granted
+                           ("installplans", "patch"), ("events", "create"), ("events", "list"),
+                           ("events", "delete")}, granted
+    # Deleting a pre-flight's reports once its plan stops waiting, only
+    # with the reports on.
+    cluster_wide = {"audit": {"enabled": True, "preflight": {"enabled": True}, "policyReports": {"enabled": True}},
+                    "allowlist": {"fromInstalledOperators": FROM_OPERATORS}}
+    verbs = rules(render(cluster_wide), "ClusterRole")
+    assert verbs[("wgpolicyk8s.io", "policyreports")] == {"list", "create", "patch", "delete"}
+    assert "delete" not in rules(render({**cluster_wide, "audit": {**cluster_wide["audit"], "preflight": {
+        "enabled": False}}}), "ClusterRole")[("wgpolicyk8s.io", "policyreports")]
     # Without the background audit the approvals are answered from what
     # `preflight --annotate` wrote: nothing more is granted, nothing runs.
     alone = render({"audit": {"preflight": {"enabled": True}}, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}})

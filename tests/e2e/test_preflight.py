@@ -637,30 +637,45 @@ def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, relea
     incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
 
 
-def test_the_webhook_judges_pending_plans_in_the_background(incident, release):
+def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release):
     """serve --audit-preflight: the leader judges every plan waiting in the
-    operators' namespace after its audit, leaves the judgement on each, and
-    exports what it found; the approval is then answered without anyone
-    running preflight."""
+    operators' namespace after its audit, leaves the judgement on each,
+    reports it (a PolicyReport, an Event on the plan, a metric), and takes
+    the reports and the Event back once the plan no longer waits; the
+    approval is answered without anyone running preflight."""
+    incident = report_crds
     incident.kubectl("label", "namespace", OPERATORS, f"kubernetes.io/metadata.name={OPERATORS}", "--overwrite")
     name = "install-background"
     incident.apply(plan(name, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
     release.install({"audit": {"enabled": True, "interval": "1h", "preflight": {"enabled": True},
+                               "policyReports": {"enabled": True},
                                "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}},
                      "allowlist": {"fromInstalledOperators": [{"namespace": OPERATORS}]},
                      "kindModes": {"InstallPlan": "enforce"}})
     assert "--audit-preflight" in release.pod.args
 
-    def judgement() -> dict | None:
-        found = incident.get("installplan", name, OPERATORS)["metadata"].get("annotations", {})
+    def judgement(plan_name: str) -> dict | None:
+        found = incident.get("installplan", plan_name, OPERATORS)["metadata"].get("annotations", {})
         return json.loads(found["digest-gate.dev/preflight"]) if "digest-gate.dev/preflight" in found else None
-    judged = wait_until("the background pre-flight's judgement on the plan", judgement, timeout=90)
+
+    def events(plan_name: str) -> list[dict]:
+        return [e for e in incident.get("events", namespace=OPERATORS)["items"]
+                if e["reason"] == "UpgradeWouldBreak" and e["involvedObject"]["name"] == plan_name]
+
+    def report(plan_name: str) -> dict | None:
+        return incident.get(POLICY_REPORT, f"digest-gate-preflight-{plan_name}", MODELS)
+
+    judged = wait_until("the background pre-flight's judgement on the plan", lambda: judgement(name), timeout=90)
     assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
     # The plan whose bundle is gone and the one still unpacking are said in
     # the log, and hold no other plan's judgement back.
     pending = release.pod.metric("digest_gate_pending_upgrade_findings", plan_namespace=OPERATORS,
                                  package="rhods-operator", reason="stale_after_upgrade")
     assert pending >= 2, release.pod.log_path.read_text()[-3000:]
+    (event,) = events(name)
+    assert event["type"] == "Warning" and event["involvedObject"]["uid"], event
+    assert event["message"].startswith("digest-gate: approving it leaves "), event
+    assert {r["rule"] for r in report(name)["results"]} == {"stale_after_upgrade"}, report(name)
     r = approve(incident, name)
     assert r.returncode != 0 and "validate-approvals.digest-gate.dev" in r.stderr, r.stderr
     # A plan that comes to wait is judged at once (the watch), not at the
@@ -668,12 +683,22 @@ def test_the_webhook_judges_pending_plans_in_the_background(incident, release):
     rounds = release.pod.metric("digest_gate_audit_duration_seconds_count")
     later = "install-later"
     incident.apply(plan(later, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
-    name = later  # what judgement() reads
-    judged = wait_until("the judgement of a plan that came to wait", judgement, timeout=60)
+    judged = wait_until("the judgement of a plan that came to wait", lambda: judgement(later), timeout=60)
     assert judged["targets"] == [NEW], judged
     assert release.pod.metric("digest_gate_audit_duration_seconds_count") == rounds, "it was not the audit"
-    for plan_name in ("install-background", later):
-        incident.kubectl("-n", OPERATORS, "delete", "installplan", plan_name)
+    # Approved (with a reason: enforce mode), the plan no longer waits: its
+    # report, its Event and its series go; the other plan's stay.
+    incident.kubectl("-n", OPERATORS, "patch", "installplan", name, "--type", "merge", "-p", json.dumps(
+        {"spec": {"approved": True},
+         "metadata": {"annotations": {"digest-gate.dev/approve-despite-findings": "e2e"}}}))
+    wait_until("the approved plan's report and Event removed",
+               lambda: report(name) is None and not events(name), timeout=60)
+    assert report(later) is not None and events(later)
+    # Gone, the other plan's go too.
+    incident.kubectl("-n", OPERATORS, "delete", "installplan", later)
+    wait_until("the deleted plan's report and Event removed",
+               lambda: report(later) is None and not events(later), timeout=60)
+    incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
 
 
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):

@@ -39,10 +39,57 @@ pub(super) fn written() -> [ApiResource; 3] {
 /// the garbage collector deletes owned reports with their owner, but has
 /// ignored Events in every API group since Kubernetes 1.25.
 pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<Removed, AuditError> {
+    let everywhere = written().map(|resource| (resource, None));
+    remove_but(connection, owner_uid, everywhere, &|_, _| false).await
+}
+
+/// What a pre-flight in the webhook wrote of plans that no longer wait:
+/// with `reports`, its reports named after none of `waiting`'s plans, and
+/// its Events on none of them in `namespaces` (`waiting`: namespace and
+/// name of each plan that waits). Only what `owner_uid` owns: a person's
+/// `preflight --policy-reports` is theirs to remove.
+pub async fn remove_settled(
+    connection: &Connection,
+    owner_uid: &str,
+    (reports, namespaces): (bool, &[String]),
+    waiting: &std::collections::BTreeSet<(String, String)>,
+) -> Result<Removed, AuditError> {
+    let keep = |kind: &str, item: &Item| match kind {
+        "Event" if item.reason.as_deref() == Some(PREFLIGHT_EVENT_REASON) => {
+            let on = item
+                .involved_object
+                .as_ref()
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
+            waiting.contains(&(item.metadata.namespace.clone().unwrap_or_default(), on))
+        }
+        "Event" => true,
+        _ => match item.metadata.name.strip_prefix(PREFLIGHT_PREFIX) {
+            Some(plan) => waiting.iter().any(|(_, name)| name == plan),
+            None => true,
+        },
+    };
+    let [namespaced, cluster, events] = written();
+    let mut listed: Vec<(ApiResource, Option<&str>)> = Vec::new();
+    if reports {
+        listed.extend([(namespaced, None), (cluster, None)]);
+    }
+    listed.extend(namespaces.iter().map(|ns| (events.clone(), Some(ns.as_str()))));
+    remove_but(connection, Some(owner_uid), listed, &keep).await
+}
+
+/// Deletes what [`ours`] lists of each `(resource, namespace)` but what
+/// `keep` keeps.
+async fn remove_but(
+    connection: &Connection,
+    owner_uid: Option<&str>,
+    listed: impl IntoIterator<Item = (ApiResource, Option<&str>)>,
+    keep: &(dyn Fn(&str, &Item) -> bool + Sync),
+) -> Result<Removed, AuditError> {
     let mut removed = Removed::default();
-    for resource in written() {
+    for (resource, namespace) in listed {
         let kind = resource.kind.as_str();
-        let found = match ours(connection, &resource, owner_uid).await {
+        let found = match ours(connection, (&resource, namespace), owner_uid).await {
             Ok(found) => found,
             // The CRDs are not installed: no report was ever written.
             Err(None) => continue,
@@ -52,7 +99,11 @@ pub async fn remove(connection: &Connection, owner_uid: Option<&str>) -> Result<
                 continue;
             }
         };
-        for meta in found {
+        for meta in found
+            .into_iter()
+            .filter(|item| !keep(kind, item))
+            .map(|item| item.metadata)
+        {
             let collection = collection(&resource, meta.namespace.as_deref());
             let doing = match &meta.namespace {
                 Some(ns) => format!("delete {kind} \"{}\" in namespace \"{ns}\"", meta.name),
@@ -102,6 +153,15 @@ pub(super) struct Item {
     pub(super) metadata: Meta,
     /// An Event's reason; reports have none.
     pub(super) reason: Option<String>,
+    /// What an Event is about.
+    #[serde(rename = "involvedObject")]
+    pub(super) involved_object: Option<Involved>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Involved {
+    #[serde(default)]
+    pub(super) name: String,
 }
 
 impl Item {
@@ -109,7 +169,10 @@ impl Item {
     /// the name or reason says it is an audit's) and `owner_uid` owns it.
     pub(super) fn ours(&self, kind: &str, owner_uid: Option<&str>) -> bool {
         let wrote = if kind == "Event" {
-            self.reason.as_deref() == Some(EVENT_REASON)
+            matches!(
+                self.reason.as_deref(),
+                Some(EVENT_REASON | PREFLIGHT_EVENT_REASON)
+            )
         } else {
             self.metadata.name == POLICY || self.metadata.name.starts_with(PREFLIGHT_PREFIX)
         };
@@ -117,14 +180,15 @@ impl Item {
     }
 }
 
-/// The objects of `plural` in every namespace that an audit wrote (and
-/// `owner_uid` owns). `Err(None)`: the cluster does not serve them.
+/// The objects of `resource` in `namespace` (every one: `None`) that an
+/// audit wrote (and `owner_uid` owns). `Err(None)`: the cluster does not
+/// serve them.
 pub(super) async fn ours(
     connection: &Connection,
-    resource: &ApiResource,
+    (resource, namespace): (&ApiResource, Option<&str>),
     owner_uid: Option<&str>,
-) -> Result<Vec<Meta>, Option<RequestFailure>> {
-    let (path, kind) = (collection(resource, None), resource.kind.as_str());
+) -> Result<Vec<Item>, Option<RequestFailure>> {
+    let (path, kind) = (collection(resource, namespace), resource.kind.as_str());
     let mut params = ListParams::default()
         .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
         .limit(500);
@@ -139,12 +203,7 @@ pub(super) async fn ours(
             Err(e) => return Err(Some(connection.describe(&format!("list {kind}s"), &e))),
         };
         let next = page.next();
-        found.extend(
-            page.items
-                .into_iter()
-                .filter(|item| item.ours(kind, owner_uid))
-                .map(|item| item.metadata),
-        );
+        found.extend(page.items.into_iter().filter(|item| item.ours(kind, owner_uid)));
         match next {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(found),

@@ -15,8 +15,8 @@ mod reports;
 
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, Resource};
 
-pub use cleanup::{Removed, cluster_role_owner, cluster_role_uid, remove};
-pub use events::events;
+pub use cleanup::{Removed, cluster_role_owner, cluster_role_uid, remove, remove_settled};
+pub use events::{events, plan_events};
 pub use reports::{Gathered, PullResult, needs_action, policy_reports};
 
 /// The policy name in every result, and the name of every report.
@@ -30,6 +30,9 @@ pub const PREFLIGHT_PREFIX: &str = "digest-gate-preflight-";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "digest-gate");
 /// The Event reason.
 pub const EVENT_REASON: &str = "UnpromotedImage";
+/// The reason of the Event on a waiting InstallPlan whose approval would
+/// break something (`serve --audit-preflight`).
+pub const PREFLIGHT_EVENT_REASON: &str = "UpgradeWouldBreak";
 
 /// The report kinds an audit writes, `wgpolicyk8s.io/v1alpha2`: the
 /// namespaced PolicyReport, or the ClusterPolicyReport.
