@@ -8,7 +8,8 @@ several digest-gate builds in one run, as bench/instructions.py counts them.
 A build is NAME=BINARY, optionally followed by flags for its `serve`.
 
 Each build serves the README's 2 KB ServingRuntime review, rewritten and
-allowed, N times over one keep-alive connection; a one-request run is
+allowed, and the load test's ModelMesh Pod review (allowed), N times over
+one keep-alive connection; a one-request run is
 subtracted (startup, handshake, shutdown). Needs valgrind and the
 certificates `make bench-instructions` (load.prepare) writes. Only 127.0.0.1.
 """
@@ -27,10 +28,12 @@ import load  # noqa: E402
 def setup() -> tuple[pathlib.Path, dict[str, bytes]]:
     """The certificates (release binaries built first) and the README's
     review, rewritten and allowed."""
-    load.prepare(10)
+    prepared = load.prepare(10)
     rewrite = (load.ROOT / "examples" / "review.json").read_bytes()
     return load.OUT / "certs", {"rewritten": rewrite,
-                                "allowed": rewrite.replace(ins.INCIDENT.encode(), ins.PROMOTED.encode())}
+                                "allowed": rewrite.replace(ins.INCIDENT.encode(), ins.PROMOTED.encode()),
+                                # The load test's ModelMesh Pod, every image promoted.
+                                "pod": prepared["body"].read_bytes()}
 
 
 def serve_argv(binary: str, certs: pathlib.Path, port: int) -> list[str]:

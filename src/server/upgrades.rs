@@ -3,11 +3,13 @@
 //! operators' namespaces (`--allowlist-csv`), with `preflight`'s own code
 //! (`preflight::run`, pending as it defines it, superseded plans passed
 //! over). Each judged plan carries its judgement (`preflight --annotate`'s
-//! annotation), which every replica answers the plan's approval from, and
-//! what it found is the `digest_gate_pending_upgrade_findings` metric.
-//! A watch of the InstallPlans there wakes it as soon as a plan waits
-//! unjudged, without waiting for the next audit. Off the admission path:
-//! the audit's thread and runtime.
+//! annotation), which every replica answers the plan's approval from; a
+//! plan whose approval would break something gets a Warning Event and, with
+//! `--audit-policy-reports`, its PolicyReports, both removed once it stops
+//! waiting; what it found is the `digest_gate_pending_upgrade_findings`
+//! metric. A watch of the InstallPlans there wakes it as soon as a plan
+//! waits unjudged or stops waiting, without waiting for the next audit. Off
+//! the admission path: the audit's thread and runtime.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,8 +46,9 @@ impl Upgrades {
 
     /// Wakes `appeared` whenever a plan there comes to wait for an approval
     /// unjudged (a change OLM or a person makes; the annotation a round
-    /// writes is a judgement, so it wakes nothing). Until the future is
-    /// dropped; a failing watch is logged and retried with kube's backoff.
+    /// writes is a judgement, so it wakes nothing), or stops waiting
+    /// (approved, deleted). Until the future is dropped; a failing watch is
+    /// logged and retried with kube's backoff.
     pub async fn watch_plans(&self, client: kube::Client, appeared: Arc<Notify>) {
         let gvk = GroupVersionKind::gvk(preflight::plan::GROUP, preflight::plan::VERSION, "InstallPlan");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "installplans");
