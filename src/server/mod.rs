@@ -206,10 +206,7 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
     let ready = Arc::new(Readiness::default());
     let (certificate, acceptor) = serving_key(&config, &inputs, &metrics.reloads)?;
     let installed = (!config.csvs.allowlist_csv.is_empty()).then(|| Arc::new(Installed::default()));
-    let upgrades = config.audit.preflight.then(|| upgrades::Upgrades {
-        paths: inputs.allowlists.clone(),
-        csvs: config.csvs.allowlist_csv.clone(),
-    });
+    let upgrades = upgrades_of(&config, &inputs);
     let sources = Sources {
         paths: inputs.allowlists,
         policy: inputs.policy.clone(),
@@ -269,6 +266,21 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
         stopped,
         admin,
         audit: std::sync::Mutex::new(audit),
+    })
+}
+
+/// With `--audit-preflight`, what the background pre-flight reads.
+fn upgrades_of(config: &ServerArgs, inputs: &Inputs) -> Option<upgrades::Upgrades> {
+    config.audit.preflight.then(|| upgrades::Upgrades {
+        paths: inputs.allowlists.clone(),
+        csvs: config.csvs.allowlist_csv.clone(),
+        // The waiting plans' new digests are verified as the allowlist's are.
+        registry: config.verify.verify_registry.then(|| {
+            (
+                config.verify.registry.clone(),
+                config.verify.verify_platforms.clone(),
+            )
+        }),
     })
 }
 

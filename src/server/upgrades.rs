@@ -28,11 +28,13 @@ use crate::preflight::{self, Plans, Preflight};
 use crate::report::UpgradeChange;
 
 /// What the pre-flight reads besides the cluster: the allowlist files the
-/// server loads, and the installed operators' namespaces.
+/// server loads, the installed operators' namespaces, and with
+/// `--verify-registry` how to reach the registries and for which platforms.
 #[derive(Debug, Clone)]
 pub struct Upgrades {
     pub paths: Vec<PathBuf>,
     pub csvs: Vec<Csvs>,
+    pub registry: Option<(crate::registry::RegistryArgs, Vec<crate::published::Platform>)>,
 }
 
 impl Upgrades {
@@ -107,6 +109,22 @@ impl Upgrades {
                 return;
             }
         };
+        // The credentials file is read each round: the kubelet swaps a
+        // rotated pull secret in place.
+        let registry = match &self.registry {
+            None => None,
+            Some((access, platforms)) => match access.settings() {
+                Ok(settings) => Some(preflight::pulls::Asking {
+                    settings,
+                    platforms: platforms.clone(),
+                }),
+                Err(e) => {
+                    metrics.failed();
+                    tracing::warn!(error = %e, "pre-flight: the registry credentials cannot be read; not asking");
+                    None
+                }
+            },
+        };
         let inputs = preflight::Inputs {
             plans: Plans::AllPending {
                 namespaces: self.namespaces(),
@@ -118,7 +136,7 @@ impl Upgrades {
             policy,
             target,
             quiet: true,
-            registry: None,
+            registry,
             policy_reports: writes.policy_reports,
             annotate: true,
             owner: writes.owner.as_ref(),

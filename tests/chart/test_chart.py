@@ -966,6 +966,13 @@ def test_the_background_pre_flight_is_granted_what_it_reads_and_the_patch_it_wri
     assert verbs[("wgpolicyk8s.io", "policyreports")] == {"list", "create", "patch", "delete"}
     assert "delete" not in rules(render({**cluster_wide, "audit": {**cluster_wide["audit"], "preflight": {
         "enabled": False}}}), "ClusterRole")[("wgpolicyk8s.io", "policyreports")]
+    # The install notes say what is answered and what is granted.
+    from test_golden import rendered
+    notes = rendered(values, "v1.28.0")
+    assert "an approval of an InstallPlan in\nredhat-ods-operator, openshift-operators\n" in notes, notes
+    assert "patch InstallPlans (RBAC cannot narrow a patch\nto annotations)" in notes
+    assert "nothing writes it but `digest-gate preflight --annotate`" in rendered(
+        {**values, "audit": {"preflight": {"enabled": True}}}, "v1.28.0")
     # Without the background audit the approvals are answered from what
     # `preflight --annotate` wrote: nothing more is granted, nothing runs.
     alone = render({"audit": {"preflight": {"enabled": True}}, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}})

@@ -415,6 +415,8 @@ def serve_dev(cluster: ControlPlane, state: pathlib.Path, *args: str, name: str 
         "--kubeconfig", kubeconfig or str(cluster.kubeconfig),
         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--log-format", "json", *args],
         state / "serve.log", env={**os.environ, "POD_NAME": name})
+    # The webhook's port and CA, for a test that reviews through it directly.
+    serve.port, serve.ca = port, state / "dev" / "ca.crt"
     return serve, admin
 
 

@@ -21,7 +21,7 @@ import subprocess
 import jsonschema
 import pytest
 
-from cluster import ROOT, wait_until
+from cluster import ROOT, admin_metric, wait_until
 from harness import INCIDENT_IMAGE, PROMOTED_DIGEST, PROMOTED_IMAGE, incident_runtime, load_yaml, permissive_crd
 from support import binary, docs_sample
 from test_audit import INCIDENT_CM, against, deployment
@@ -701,6 +701,44 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
 
 
+def test_the_background_pre_flight_asks_the_registry_about_a_waiting_plan(incident, mirror, tmp_path):
+    """serve --audit-preflight --verify-registry: the waiting plan's new
+    digests are verified where the nodes pull them (the mirror), not only
+    the allowlist in force. An operators' namespace of its own holds only
+    this plan, so nothing but the loopback mirror is asked."""
+    from cluster import serve_dev
+    from test_cluster_faults import lease_for
+    operators = "pf-mirror-operators"
+    incident.namespace(operators, {})
+    never = "sha256:" + "7ef272bc" * 8
+    target = json.loads(mirror["target"]("1.23.0", {"multi": mirror["multi"], "gone": never}).read_text())
+    name = "install-mirrored"
+    incident.apply(plan(name, [csv_step(target["metadata"]["name"], json.dumps(target))], namespace=operators))
+    args = ("--mode", "audit", "--allowlist", str(mirror["rules"]), "--audit-interval", "1h",
+            "--audit-lease", lease_for(incident, "pf-mirrored"), "--audit-preflight", "--allowlist-csv", operators,
+            "--audit-namespace-selector", "digest-gate-e2e/none=yes", "--verify-registry",
+            "--verify-platform", "linux/amd64", "--registry-ca", str(mirror["ca"]),
+            "--registry-auth", str(mirror["auth"]))
+    serve, admin = serve_dev(incident, tmp_path / "mirrored", *args, name="replica-mirrored")
+    try:
+        def judged() -> dict | None:
+            found = incident.get("installplan", name, operators)["metadata"].get("annotations", {})
+            text = found.get("digest-gate.dev/preflight")
+            return json.loads(text) if text else None
+        found = wait_until("the judgement with the registry's answers", judged, timeout=90)
+        assert found["unpullableAfterUpgrade"] == 1 and found["unverifiable"] == 0, found
+        assert found["named"] == [f"registry.redhat.io/rhods/gone@{never}"], found
+        assert admin_metric(admin, "digest_gate_pending_upgrade_findings", plan_namespace=operators,
+                            reason="unpullable_after_upgrade") == 1
+        answer = review_approval(serve, incident.get("installplan", name, operators))
+        assert answer["allowed"] is True, answer
+        assert "digest-gate: approving InstallPlan pf-mirror-operators/install-mirrored promotes 1 digest that " \
+               "will not pull" in answer["warnings"], answer
+    finally:
+        serve.stop()
+        incident.delete_namespace(operators)
+
+
 def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
     for kind, name in (("servingruntime", "ovms"), ("deployment", "modelmesh-serving-ovms")):
         o = incident.get(kind, name, MODELS)
@@ -742,3 +780,78 @@ def test_once_the_objects_are_updated_it_is_safe_to_approve(incident):
     # approved: said, and no reason to wait.
     assert f"fixed_by_upgrade: {MODELS}/ServingRuntime/ovms: {PROMOTED_IMAGE} is promoted once it is approved" \
         in out, out
+
+
+def review_approval(replica, old: dict) -> dict:
+    """The AdmissionReview the apiserver sends when `old` is approved, posted
+    to one replica's webhook port directly."""
+    import http.client
+    import ssl
+    new = json.loads(json.dumps(old))
+    new["spec"]["approved"] = True
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "approval-1", "kind": {"group": "operators.coreos.com", "version": "v1alpha1", "kind": "InstallPlan"},
+        "resource": {"group": "operators.coreos.com", "version": "v1alpha1", "resource": "installplans"},
+        "name": old["metadata"]["name"], "namespace": old["metadata"]["namespace"], "operation": "UPDATE",
+        "userInfo": {"username": "admin"}, "object": new, "oldObject": old}})
+    context = ssl.create_default_context(cafile=str(replica.ca))
+    connection = http.client.HTTPSConnection("localhost", replica.port, context=context, timeout=10)
+    connection.request("POST", "/validate-approval", body, {"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    assert answer.status == 200, answer.status
+    return json.loads(answer.read())["response"]
+
+
+def test_two_replicas_answer_an_approval_alike_and_the_next_round_clears_it(incident, tmp_path):
+    """Two `serve` replicas on one Lease: the leader judges, both answer the
+    approval the same from the plan, and once the object is updated the next
+    round's judgement lets the approval through on either. Last in the file:
+    it changes what the objects run."""
+    from cluster import serve_dev
+    from test_cluster_faults import lease_for
+    models = "pf-replicas"
+    incident.namespace(models, dict([SELECTOR.split("=")]))
+    runtime = incident_runtime(models)
+    runtime["metadata"]["name"] = "ovms-replicas"
+    runtime["spec"]["containers"][0]["image"] = IMAGE_1_20_1
+    incident.apply(runtime)
+    name = "install-replicas"
+    incident.apply(plan(name, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
+    lease = lease_for(incident, "pf-preflight")
+    args = ("--audit-interval", "3s", "--audit-lease", lease, "--audit-preflight", "--allowlist-csv", OPERATORS,
+            "--audit-namespace-selector", SELECTOR, "--kind-mode", "InstallPlan=enforce")
+    replicas = [serve_dev(incident, tmp_path / n, *args, name=n) for n in ("replica-a", "replica-b")]
+    try:
+        def judged() -> dict | None:
+            found = incident.get("installplan", name, OPERATORS)["metadata"].get("annotations", {})
+            text = found.get("digest-gate.dev/preflight")
+            return json.loads(text) if text else None
+        first = wait_until("the leader's judgement on the plan", judged, timeout=90)
+        assert f"{models}/ServingRuntime/ovms-replicas" in first["named"], first
+        leaders = [admin_metric(admin, "digest_gate_audit_leader") for _, admin in replicas]
+        assert sorted(leaders) == [0, 1], leaders
+        # Only the leader exports what it found.
+        follower = replicas[leaders.index(0)][1]
+        assert admin_metric(follower, "digest_gate_pending_upgrade_findings") == 0
+        answers = [review_approval(serve, incident.get("installplan", name, OPERATORS)) for serve, _ in replicas]
+        assert answers[0]["allowed"] is False and answers[0]["status"]["code"] == 403, answers[0]
+        assert [{k: v for k, v in a.items() if k != "uid"} for a in answers] == \
+            [{k: v for k, v in answers[0].items() if k != "uid"}] * 2, answers
+        # Updated to the new release's digest: the next round says so, and
+        # either replica lets the approval through.
+        runtime = incident.get("servingruntime", "ovms-replicas", models)
+        runtime["spec"]["containers"][0]["image"] = PROMOTED_IMAGE
+        incident.apply({k: runtime[k] for k in ("apiVersion", "kind", "metadata", "spec")})
+        def cleared() -> bool:
+            now = judged()
+            return now is not None and f"{models}/ServingRuntime/ovms-replicas" not in now["named"]
+        wait_until("the next round's judgement", cleared, timeout=60)
+        for serve, _ in replicas:
+            answer = review_approval(serve, incident.get("installplan", name, OPERATORS))
+            assert answer["allowed"] is True, answer
+    finally:
+        for serve, _ in replicas:
+            serve.stop()
+        incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
+        incident.delete_namespace(models)
+
