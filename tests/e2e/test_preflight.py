@@ -592,6 +592,13 @@ def approve(cluster, name: str, reason: str | None = None) -> subprocess.Complet
                            json.dumps(patch), "--dry-run=server", check=False)
 
 
+def judgement_on(cluster, namespace: str, name: str) -> dict | None:
+    """The pre-flight's judgement on InstallPlan `namespace/name`, if any."""
+    found = cluster.get("installplan", name, namespace)["metadata"].get("annotations", {})
+    text = found.get("digest-gate.dev/preflight")
+    return json.loads(text) if text else None
+
+
 def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, release):
     # Kubernetes 1.20 does not label a namespace with its name (1.21 does):
     # the chart's selector for the operators' namespaces needs it.
@@ -609,8 +616,7 @@ def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, relea
     code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/{name}", "--annotate")
     assert code == 1 and f"note: judgement annotated (digest-gate.dev/preflight) on InstallPlan {OPERATORS}/{name}" \
         in out, out + err
-    judged = json.loads(incident.get("installplan", name, OPERATORS)["metadata"]["annotations"]
-                        ["digest-gate.dev/preflight"])
+    judged = judgement_on(incident, OPERATORS, name)
     assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
     assert f"{MODELS}/ServingRuntime/ovms" in judged["named"], judged
     # In enforce mode for InstallPlans the approval is denied, the objects named.
@@ -655,8 +661,7 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     assert "--audit-preflight" in release.pod.args
 
     def judgement(plan_name: str) -> dict | None:
-        found = incident.get("installplan", plan_name, OPERATORS)["metadata"].get("annotations", {})
-        return json.loads(found["digest-gate.dev/preflight"]) if "digest-gate.dev/preflight" in found else None
+        return judgement_on(incident, OPERATORS, plan_name)
 
     def events(plan_name: str) -> list[dict]:
         return [e for e in incident.get("events", namespace=OPERATORS)["items"]
@@ -722,9 +727,7 @@ def test_the_background_pre_flight_asks_the_registry_about_a_waiting_plan(incide
     serve, admin = serve_dev(incident, tmp_path / "mirrored", *args, name="replica-mirrored")
     try:
         def judged() -> dict | None:
-            found = incident.get("installplan", name, operators)["metadata"].get("annotations", {})
-            text = found.get("digest-gate.dev/preflight")
-            return json.loads(text) if text else None
+            return judgement_on(incident, operators, name)
         found = wait_until("the judgement with the registry's answers", judged, timeout=90)
         assert found["unpullableAfterUpgrade"] == 1 and found["unverifiable"] == 0, found
         assert found["named"] == [f"registry.redhat.io/rhods/gone@{never}"], found
@@ -823,9 +826,7 @@ def test_two_replicas_answer_an_approval_alike_and_the_next_round_clears_it(inci
     replicas = [serve_dev(incident, tmp_path / n, *args, name=n) for n in ("replica-a", "replica-b")]
     try:
         def judged() -> dict | None:
-            found = incident.get("installplan", name, OPERATORS)["metadata"].get("annotations", {})
-            text = found.get("digest-gate.dev/preflight")
-            return json.loads(text) if text else None
+            return judgement_on(incident, OPERATORS, name)
         first = wait_until("the leader's judgement on the plan", judged, timeout=90)
         assert f"{models}/ServingRuntime/ovms-replicas" in first["named"], first
         leaders = [admin_metric(admin, "digest_gate_audit_leader") for _, admin in replicas]
