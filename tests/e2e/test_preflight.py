@@ -673,10 +673,12 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     judged = wait_until("the background pre-flight's judgement on the plan", lambda: judgement(name), timeout=90)
     assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
     # The plan whose bundle is gone and the one still unpacking are said in
-    # the log, and hold no other plan's judgement back.
-    pending = release.pod.metric("digest_gate_pending_upgrade_findings", plan_namespace=OPERATORS,
-                                 package="rhods-operator", reason="stale_after_upgrade")
-    assert pending >= 2, release.pod.log_path.read_text()[-3000:]
+    # the log, and hold no other plan's judgement back. The annotation is
+    # written first in a round; the metric, the Event and the report after.
+    wait_until("the round's metric", lambda: release.pod.metric(
+        "digest_gate_pending_upgrade_findings", plan_namespace=OPERATORS, package="rhods-operator",
+        reason="stale_after_upgrade") >= 2, timeout=60)
+    wait_until("the round's Event and report", lambda: events(name) and report(name), timeout=60)
     (event,) = events(name)
     assert event["type"] == "Warning" and event["involvedObject"]["uid"], event
     assert event["message"].startswith("digest-gate: approving it leaves "), event
@@ -731,8 +733,10 @@ def test_the_background_pre_flight_asks_the_registry_about_a_waiting_plan(incide
         found = wait_until("the judgement with the registry's answers", judged, timeout=90)
         assert found["unpullableAfterUpgrade"] == 1 and found["unverifiable"] == 0, found
         assert found["named"] == [f"registry.redhat.io/rhods/gone@{never}"], found
-        assert admin_metric(admin, "digest_gate_pending_upgrade_findings", plan_namespace=operators,
-                            reason="unpullable_after_upgrade") == 1
+        # The annotation is written first in a round, the metric after.
+        wait_until("the round's metric", lambda: admin_metric(
+            admin, "digest_gate_pending_upgrade_findings", plan_namespace=operators,
+            reason="unpullable_after_upgrade") == 1, timeout=60)
         answer = review_approval(serve, incident.get("installplan", name, operators))
         assert answer["allowed"] is True, answer
         assert "digest-gate: approving InstallPlan pf-mirror-operators/install-mirrored promotes 1 digest that " \
