@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::wire::{RequestIn, decode};
 use super::{Answer, BadReview, Response, encode};
-use crate::judge::ObjectVerdict;
+use crate::judge::{ObjectVerdict, Operation};
 use crate::policy::Mode;
 use crate::text::{self, Cut};
 
@@ -130,7 +130,9 @@ impl Judged {
 pub fn answer_approval(body: &[u8], mode: Mode) -> Result<Answer, BadReview> {
     let request: RequestIn<Value> = decode(body)?;
     let response = match (request.old_object.as_ref(), request.object.as_ref()) {
-        (Some(old), Some(new)) if request.operation == "UPDATE" && approves(old, new) => {
+        (Some(old), Some(new))
+            if Operation::of(&request.operation) == Operation::Update && approves(old, new) =>
+        {
             let plan = format!(
                 "InstallPlan {}/{}",
                 request.namespace.as_deref().unwrap_or_default(),

@@ -143,8 +143,8 @@ struct Auditor<'a> {
 impl Auditor<'_> {
     /// Audits while this replica leads: at once, after every allowlist put
     /// in force, and on the interval; until `stop`, or until the election
-    /// stops. A plan that comes to wait (`appeared`) wakes a pre-flight
-    /// alone.
+    /// stops. A plan that comes to wait or stops waiting (`appeared`) wakes
+    /// a pre-flight alone.
     async fn follow(
         &mut self,
         mut allowlists: watch::Receiver<Arc<Allowlist>>,
@@ -193,7 +193,7 @@ impl Auditor<'_> {
                     }
                 },
                 () = appeared.notified() => {
-                    tracing::info!("pre-flight: an InstallPlan waits for an approval; judging it");
+                    tracing::info!("pre-flight: an InstallPlan came to wait or stopped waiting; judging again");
                     Wake::Plans
                 }
                 () = stop.cancelled() => return,
