@@ -30,6 +30,7 @@ use crate::allowlist::{self, Allowlist, Loaded, OpenFile, Source};
 use crate::audit::{self, Connection, installed::Csvs};
 use crate::judge;
 use crate::policy::Policy;
+use crate::report::UpgradeChange;
 use assess::Concerned;
 use changes::Change;
 use plan::{Manifest, Plan, State};
@@ -90,20 +91,28 @@ pub struct PlanOutcome {
     /// What its policy reports are named after: the plan's name, or a file
     /// target's CSV.
     pub report: String,
-    /// The cluster object it is (the InstallPlan, or the Subscription a
-    /// file target would upgrade), as a report's result names it.
-    pub object: Option<Value>,
+    /// The cluster object it is: the InstallPlan, or the Subscription a
+    /// file target would upgrade.
+    pub object: Option<PlanObject>,
     pub targets: Vec<TargetOutcome>,
+}
+
+/// An OLM object a plan's reports and Events are about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanObject {
+    /// `InstallPlan` or `Subscription`.
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
 }
 
 impl PlanOutcome {
     /// The InstallPlan it is (`namespace`, `name`); none for a target read
     /// from a file.
     pub fn installplan(&self) -> Option<(&str, &str)> {
-        let object = self.object.as_ref()?;
-        let text = |k: &str| object.get(k).and_then(Value::as_str);
-        (text("kind") == Some("InstallPlan")).then_some(())?;
-        Some((text("namespace")?, text("name")?))
+        let object = self.object.as_ref().filter(|o| o.kind == "InstallPlan")?;
+        Some((&object.namespace, &object.name))
     }
 
     /// A plan about to be judged; `file`: a target read from a file.
@@ -118,7 +127,7 @@ impl PlanOutcome {
                 true => plan.targets.first().map(|t| t.csv.clone()).unwrap_or_default(),
                 false => plan.name.clone(),
             },
-            object: reports::object_of(plan, file),
+            object: PlanObject::of(plan, file),
             targets: Vec::new(),
         }
     }
@@ -143,6 +152,11 @@ pub struct TargetOutcome {
 }
 
 impl TargetOutcome {
+    /// How many of the objects it concerns are in category `change`.
+    pub fn count(&self, change: UpgradeChange) -> usize {
+        self.concerned.iter().filter(|c| c.change == change).count()
+    }
+
     /// Its digests that will not pull, and those no registry answered for
     /// (none without `--registry`).
     pub fn pull_findings(
@@ -363,7 +377,10 @@ fn prepare(
         before,
         after,
         warning,
-        asks: own.as_ref().map(pulls::subjects).unwrap_or_default(),
+        asks: own
+            .as_ref()
+            .map(crate::registry::verify::subjects)
+            .unwrap_or_default(),
     })
 }
 

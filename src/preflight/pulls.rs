@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::{Preflight, Prepared};
-use crate::allowlist::{Allowlist, MirrorRule};
+use crate::allowlist::MirrorRule;
 use crate::audit::Connection;
 use crate::published::{Platform, State};
 use crate::registry::client::RegistrySettings;
@@ -34,11 +34,6 @@ pub struct Pulls {
     /// Not checked to the end: refused credentials, an unknown repository,
     /// network errors.
     pub unverifiable: Vec<Verification>,
-}
-
-/// What to ask about a target: every digest its own release promotes.
-pub fn subjects(own: &Allowlist) -> Vec<Subject> {
-    verify::subjects(own)
 }
 
 /// What a run will ask, target by target, and where nodes pull from.

@@ -54,15 +54,11 @@ fn targets(found: &Preflight) -> impl Iterator<Item = &TargetOutcome> {
     found.plans.iter().flat_map(|p| &p.targets)
 }
 
-fn count(t: &TargetOutcome, change: UpgradeChange) -> usize {
-    t.concerned.iter().filter(|c| c.change == change).count()
-}
-
 /// The verdict on one target, in one line.
 pub fn verdict(t: &TargetOutcome) -> String {
     let (stale, already) = (
-        count(t, UpgradeChange::StaleAfterUpgrade),
-        count(t, UpgradeChange::AlreadyStale),
+        t.count(UpgradeChange::StaleAfterUpgrade),
+        t.count(UpgradeChange::AlreadyStale),
     );
     let (unpullable, unverifiable) = t.pull_findings();
     let mut blocking = Vec::new();

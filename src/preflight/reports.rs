@@ -8,27 +8,38 @@
 
 use serde_json::{Value, json};
 
-use super::Preflight;
 use super::plan::Plan;
+use super::{PlanObject, Preflight};
 use crate::audit::write::{self, Gathered, PullResult};
 use crate::audit::{Connection, Covered};
 
-/// The cluster object a plan is, as a result's `resources` names it: the
-/// InstallPlan, or for a file target the Subscription it would upgrade
-/// (none: a fresh install nobody subscribed to).
-pub fn object_of(plan: &Plan, file: bool) -> Option<Value> {
-    let (kind, name) = match file {
-        false => ("InstallPlan", plan.name.as_str()),
-        true => ("Subscription", plan.owners.first()?.as_str()),
-    };
-    (!plan.namespace.is_empty()).then(|| {
-        let mut object = json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": kind,
-                                "namespace": plan.namespace, "name": name});
-        if let (false, Some(uid)) = (file, &plan.uid) {
+impl PlanObject {
+    /// The cluster object `plan` is: the InstallPlan, or for a file target
+    /// the Subscription it would upgrade (none: a fresh install nobody
+    /// subscribed to).
+    pub fn of(plan: &Plan, file: bool) -> Option<Self> {
+        let (kind, name, uid) = match file {
+            false => ("InstallPlan", plan.name.clone(), plan.uid.clone()),
+            true => ("Subscription", plan.owners.first()?.clone(), None),
+        };
+        (!plan.namespace.is_empty()).then(|| PlanObject {
+            kind,
+            namespace: plan.namespace.clone(),
+            name,
+            uid,
+        })
+    }
+
+    /// As a report result's `resources` and an Event's `involvedObject`
+    /// name it.
+    pub fn resource(&self) -> Value {
+        let mut object = json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": self.kind,
+                                "namespace": self.namespace, "name": self.name});
+        if let Some(uid) = &self.uid {
             object["uid"] = uid.clone().into();
         }
         object
-    })
+    }
 }
 
 /// What one plan's reports list.
@@ -53,7 +64,7 @@ fn gathered(plan: &super::PlanOutcome, notes: &mut Vec<String>) -> Gathered {
             ));
             continue;
         };
-        let namespace = object["namespace"].as_str().unwrap_or_default();
+        let resource = object.resource();
         for (v, fails) in found {
             let reference = format!("{}@{}", v.repository, v.digest);
             let pull = PullResult {
@@ -63,7 +74,7 @@ fn gathered(plan: &super::PlanOutcome, notes: &mut Vec<String>) -> Gathered {
                 detail: &v.detail,
                 fails,
             };
-            gathered.add_pull(namespace, object.clone(), pull);
+            gathered.add_pull(&object.namespace, resource.clone(), pull);
         }
     }
     gathered
@@ -113,14 +124,13 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight, owner:
 
 /// Where a plan's reports may be emptied: where the objects were read, and
 /// the plan's own namespace (what will not pull is listed there).
-fn covered(read: Option<&Covered>, object: Option<&Value>) -> Covered {
+fn covered(read: Option<&Covered>, object: Option<&PlanObject>) -> Covered {
     let mut covered = read.cloned().unwrap_or(Covered {
         namespaces: Some(Default::default()),
         cluster: false,
     });
-    let own = object.and_then(|o| o["namespace"].as_str());
-    if let (Some(set), Some(ns)) = (covered.namespaces.as_mut(), own) {
-        set.insert(ns.to_owned());
+    if let (Some(set), Some(own)) = (covered.namespaces.as_mut(), object) {
+        set.insert(own.namespace.clone());
     }
     covered
 }

@@ -191,7 +191,7 @@ async fn settle(
         let judged = preflight::annotate::judged(plan, now);
         if !plan.incomplete && judged.blocks() {
             let message = format!("digest-gate: approving it {}", judged.what_it_breaks());
-            breaking.push((object.clone(), message));
+            breaking.push((object.resource(), message));
         }
     }
     match audit::write::plan_events(connection, &breaking, owner, now).await {
@@ -242,15 +242,14 @@ pub fn findings(found: &Preflight) -> Vec<(String, String, &'static str, usize)>
         };
         for t in &plan.targets {
             let package = t.package.clone().unwrap_or_else(|| t.csv.clone());
-            let count = |change: UpgradeChange| t.concerned.iter().filter(|c| c.change == change).count();
             let counts = [
                 (
                     UpgradeChange::StaleAfterUpgrade.into(),
-                    count(UpgradeChange::StaleAfterUpgrade),
+                    t.count(UpgradeChange::StaleAfterUpgrade),
                 ),
                 (
                     UpgradeChange::AlreadyStale.into(),
-                    count(UpgradeChange::AlreadyStale),
+                    t.count(UpgradeChange::AlreadyStale),
                 ),
                 ("unpullable_after_upgrade", t.pull_findings().0.len()),
             ];
