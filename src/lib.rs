@@ -49,6 +49,7 @@ pub mod check;
 pub mod cli;
 pub mod edit;
 pub mod flags;
+pub mod fleet;
 pub mod inventory;
 pub mod json;
 pub mod judge;

@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry};
 
+use crate::fleet;
 use crate::judge::{ImageVerdict, ObjectVerdict};
 use crate::policy::{Reason, Verdict};
 use crate::published::{Counts, State, Trouble};
@@ -76,6 +77,17 @@ struct SourceLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AuditLabels {
     kind: &'static str,
+    verdict: Verdict,
+}
+
+/// What the last background audit found Pods run: a repository the
+/// allowlist lists (or [`fleet::UNLISTED`]), one of its digests (or
+/// [`fleet::TAG_ONLY`], [`fleet::OTHER`]), and the verdict; bounded by
+/// [`fleet::Running::series`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunningLabels {
+    repository: String,
+    digest: String,
     verdict: Verdict,
 }
 
@@ -548,6 +560,7 @@ pub struct AuditMetrics {
     audit_leader: Gauge,
     lease_errors: Family<LeaseLabels, Counter>,
     pending_upgrade_findings: Family<PendingLabels, Gauge>,
+    images: Family<RunningLabels, Gauge>,
 }
 
 impl AuditMetrics {
@@ -590,6 +603,12 @@ impl AuditMetrics {
                 "pending_upgrade_findings",
                 "What approving each operator upgrade that waits for an approval would break, as the last pre-flight (serve --audit-preflight) judged it: objects stale_after_upgrade or already_stale, digests unpullable_after_upgrade; a plan's series go once it no longer waits",
                 Family::<PendingLabels, Gauge>::default(),
+            ),
+            images: add(
+                r,
+                "audit_images",
+                "Pod containers the last background audit found, by what they run: a repository the allowlist lists (else unlisted), a digest (promoted ones, at most 5 others, the rest other; tag_only for a tag), the verdict; at most 500 series, the rest under repository overflow",
+                Family::<RunningLabels, Gauge>::default(),
             ),
             audit_leader: add(
                 r,
@@ -653,6 +672,20 @@ impl AuditMetrics {
         }
     }
 
+    /// What the last background audit's Pods run replaces the last run's:
+    /// a digest no longer found loses its series.
+    pub fn images(&self, series: &[(fleet::Series, usize)]) {
+        self.images.clear();
+        for (s, n) in series {
+            let labels = RunningLabels {
+                repository: s.repository.clone(),
+                digest: s.digest.clone(),
+                verdict: s.verdict,
+            };
+            self.images.get_or_create(&labels).set(gauge_value(*n));
+        }
+    }
+
     /// A background audit could not run at all.
     pub fn failed(&self) {
         self.audit_errors.inc();
@@ -665,6 +698,7 @@ impl AuditMetrics {
         if !leader {
             // Only the leader reports what it found.
             self.audit_findings.clear();
+            self.images.clear();
             self.pending_upgrade_findings.clear();
             self.break_glass_namespaces.set(0);
         }

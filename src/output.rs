@@ -30,6 +30,15 @@ pub enum Format {
     Sarif,
 }
 
+/// What a run adds to the end of its report (`audit` over several
+/// clusters: the table of which cluster runs what): `text` before the
+/// notes, `json` as members after `summary`.
+#[derive(Debug, Default)]
+pub struct Extra {
+    pub text: String,
+    pub json: serde_json::Map<String, Value>,
+}
+
 /// SARIF results on their way: the policy results spilled to a file, the
 /// registry's (few: only with `--registry`, only what it cannot serve)
 /// kept to follow them.
@@ -49,6 +58,9 @@ pub struct Writer<'w> {
     /// The first write that failed (a closed pipe): nothing more is
     /// written, and [`Writer::finish`] returns it.
     failed: Option<io::Error>,
+    /// Text lines start with the cluster an object was read from: a run
+    /// over several ([`Writer::naming_clusters`]).
+    clusters: bool,
 }
 
 impl<'w> Writer<'w> {
@@ -68,6 +80,7 @@ impl<'w> Writer<'w> {
             written: 0,
             spill,
             failed: None,
+            clusters: false,
         })
     }
 
@@ -81,7 +94,15 @@ impl<'w> Writer<'w> {
             written: 0,
             spill: None,
             failed: None,
+            clusters: false,
         }
+    }
+
+    /// Text lines name the cluster each object was read from, `context: `
+    /// before the object (JSON and SARIF name it in every result's source).
+    pub fn naming_clusters(mut self) -> Self {
+        self.clusters = true;
+        self
     }
 
     /// Writes the objects `report` holds and takes them out of it: what
@@ -101,6 +122,9 @@ impl<'w> Writer<'w> {
             Format::Text { fixed } => {
                 let mut lines = String::new();
                 report::object_lines(object, fixed, &mut lines);
+                if let Some(cluster) = object.source.strip_prefix("cluster:").filter(|_| self.clusters) {
+                    lines = lines.lines().map(|l| format!("{cluster}: {l}\n")).collect();
+                }
                 out.write_all(lines.as_bytes())
             }
             Format::Json => {
@@ -139,13 +163,18 @@ impl<'w> Writer<'w> {
 
     /// Writes what `report` still holds and the end of the document.
     /// `fixed`: `check --fix`'s count of images still denied (text).
-    pub fn finish(mut self, report: &mut Report, fixed: Option<usize>) -> io::Result<()> {
+    pub fn finish(self, report: &mut Report, fixed: Option<usize>) -> io::Result<()> {
+        self.finish_with(report, fixed, &Extra::default())
+    }
+
+    /// [`Writer::finish`], with `extra` at the end.
+    pub fn finish_with(mut self, report: &mut Report, fixed: Option<usize>, extra: &Extra) -> io::Result<()> {
         self.flush(report);
-        self.end(report, fixed)
+        self.end(report, fixed, extra)
     }
 
     /// Writes the end of the document: the summary, errors and notes.
-    fn end(mut self, report: &Report, fixed: Option<usize>) -> io::Result<()> {
+    fn end(mut self, report: &Report, fixed: Option<usize>, extra: &Extra) -> io::Result<()> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
@@ -153,27 +182,39 @@ impl<'w> Writer<'w> {
             return Ok(());
         };
         match self.format {
-            Format::Text { .. } => out.write_all(report::text_end(report, fixed).as_bytes())?,
+            Format::Text { .. } => {
+                out.write_all(extra.text.as_bytes())?;
+                out.write_all(report::text_end(report, fixed).as_bytes())?;
+            }
             Format::Json => {
                 let start = match self.written {
                     0 => "{\n  \"results\": [],",
                     _ => "\n  ],",
                 };
-                let tail = report::json_tail(report);
+                let tail = report::json_tail(report, &extra.json);
                 // The tail is a document of its own: its `{` opened ours.
                 out.write_all(start.as_bytes())?;
                 out.write_all(&tail.as_bytes()[1..])?;
                 out.write_all(b"\n")?;
             }
-            Format::Sarif => self.sarif_end(report, &mut out)?,
+            Format::Sarif => self.sarif_end(report, &extra.json, &mut out)?,
         }
         out.flush()
     }
 
-    fn sarif_end(&mut self, report: &Report, out: &mut impl Write) -> io::Result<()> {
+    fn sarif_end(
+        &mut self,
+        report: &Report,
+        extra: &serde_json::Map<String, Value>,
+        out: &mut impl Write,
+    ) -> io::Result<()> {
         const MARK: &str = "digest-gate:results";
         let spill = self.spill.take().expect("a SARIF writer has its spill");
-        let document = sarif::document(report, Value::String(MARK.into()));
+        let mut document = sarif::document(report, Value::String(MARK.into()));
+        // A run's properties bag carries what is not a result (SARIF 3.8).
+        if let (false, Some(run)) = (extra.is_empty(), document.pointer_mut("/runs/0")) {
+            run["properties"] = Value::Object(extra.clone());
+        }
         let text = serde_json::to_string_pretty(&document).expect("SARIF serialises");
         let (head, tail) = text
             .split_once(&format!("\"{MARK}\""))
@@ -246,7 +287,9 @@ pub fn render(report: &Report, format: Format, fixed: Option<usize>) -> String {
     for object in &report.results {
         writer.object(object, registry);
     }
-    writer.end(report, fixed).expect("writing to memory succeeds");
+    writer
+        .end(report, fixed, &Extra::default())
+        .expect("writing to memory succeeds");
     String::from_utf8(out).expect("reports are UTF-8")
 }
 

@@ -50,6 +50,11 @@ pub struct ImageReport {
     /// `preflight`: what an operator upgrade does to the image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change: Option<UpgradeChange>,
+    /// A Pod read from a cluster: what its node resolved the image to
+    /// (`status.containerStatuses[].imageID`), where that differs from the
+    /// digest the spec names (a tag resolved by the node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<String>,
 }
 
 vocabulary! {
@@ -301,6 +306,7 @@ fn image_report(
         column: position.and_then(|p| p.column),
         registry: None,
         change: None,
+        resolved: None,
     }
 }
 
@@ -383,11 +389,14 @@ pub struct Mark {
 }
 
 /// The members of the JSON report after `results` (`--output json`),
-/// serialised as their own document: `{ "summary": …, … }`.
-pub fn json_tail(report: &Report) -> String {
+/// serialised as their own document: `{ "summary": …, … }`, `extra`'s
+/// members after `summary`.
+pub fn json_tail(report: &Report, extra: &serde_json::Map<String, Value>) -> String {
     #[derive(Serialize)]
     struct Tail<'a> {
         summary: &'a Summary,
+        #[serde(flatten)]
+        extra: &'a serde_json::Map<String, Value>,
         #[serde(skip_serializing_if = "<[Skipped]>::is_empty")]
         skipped: &'a [Skipped],
         #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -397,6 +406,7 @@ pub fn json_tail(report: &Report) -> String {
     }
     serde_json::to_string_pretty(&Tail {
         summary: &report.summary,
+        extra,
         skipped: &report.skipped,
         errors: &report.errors,
         notes: &report.notes,
@@ -446,7 +456,16 @@ pub fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
             (_, Some(_)) => "audit",
             _ => continue,
         };
-        let _ = writeln!(out, "{}{owners}: {shown}: {}", r.label(i.line), i.reason);
+        let resolved = i
+            .resolved
+            .as_ref()
+            .map_or(String::new(), |to| format!(" (its node runs {to})"));
+        let _ = writeln!(
+            out,
+            "{}{owners}: {shown}: {}{resolved}",
+            r.label(i.line),
+            i.reason
+        );
     }
     registry_lines(r, &owners, out);
 }

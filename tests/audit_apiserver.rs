@@ -213,6 +213,7 @@ async fn discovery_paging_and_a_forbidden_kind() {
         false,
         &audit::Writes::default(),
         None,
+        &indicatif::ProgressBar::hidden(),
     )
     .await
     .unwrap();
@@ -314,6 +315,7 @@ async fn a_policy_report_is_created_then_left_alone_then_patched() {
         false,
         &audit::Writes::default(),
         None,
+        &indicatif::ProgressBar::hidden(),
     )
     .await
     .unwrap();

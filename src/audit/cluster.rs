@@ -202,27 +202,20 @@ async fn config(settings: &ClusterSettings) -> Result<(Config, String), String> 
         context: settings.context.clone(),
         ..KubeConfigOptions::default()
     };
-    let (kubeconfig, from) = match &settings.kubeconfig {
-        Some(path) => (
-            Kubeconfig::read_from(path)
-                .map_err(|e| format!("--kubeconfig {}: {}", path.display(), error_chain(&e)))?,
-            path.display().to_string(),
-        ),
-        None => match kubeconfig_from_env()? {
-            Some(found) => found,
-            None if settings.context.is_some() => {
-                return Err("--context needs a kubeconfig: none at $KUBECONFIG or ~/.kube/config".into());
-            }
-            None => {
-                let config = Config::incluster().map_err(|e| {
-                    format!(
-                        "no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig) and not in a pod: {}",
-                        error_chain(&e)
-                    )
-                })?;
-                return Ok((config, "in-cluster".into()));
-            }
-        },
+    let (kubeconfig, from) = match read_kubeconfig(settings.kubeconfig.as_deref())? {
+        Some(found) => found,
+        None if settings.context.is_some() => {
+            return Err("--context needs a kubeconfig: none at $KUBECONFIG or ~/.kube/config".into());
+        }
+        None => {
+            let config = Config::incluster().map_err(|e| {
+                format!(
+                    "no kubeconfig ($KUBECONFIG, ~/.kube/config or --kubeconfig) and not in a pod: {}",
+                    error_chain(&e)
+                )
+            })?;
+            return Ok((config, "in-cluster".into()));
+        }
     };
     let context = match settings
         .context
@@ -247,6 +240,84 @@ async fn config(settings: &ClusterSettings) -> Result<(Config, String), String> 
         .await
         .map_err(|e| format!("{from}: context \"{context}\": {}", error_chain(&e)))?;
     Ok((config, context))
+}
+
+/// `--kubeconfig`, else [`kubeconfig_from_env`], with what messages call it.
+fn read_kubeconfig(path: Option<&std::path::Path>) -> Result<Option<(Kubeconfig, String)>, String> {
+    match path {
+        Some(path) => Kubeconfig::read_from(path)
+            .map(|k| Some((k, path.display().to_string())))
+            .map_err(|e| format!("--kubeconfig {}: {}", path.display(), error_chain(&e))),
+        None => kubeconfig_from_env(),
+    }
+}
+
+/// A kubeconfig context and the server its cluster names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    pub name: String,
+    pub server: String,
+}
+
+/// The contexts `named` (in that order, each once) or, with `all`, every
+/// context of the kubeconfig (`--kubeconfig`, else `$KUBECONFIG`'s files
+/// merged as kubectl merges them, else `~/.kube/config`), each with its
+/// cluster's server.
+pub fn contexts(
+    kubeconfig: Option<&std::path::Path>,
+    named: &[String],
+    all: bool,
+) -> Result<Vec<Context>, AuditError> {
+    let (config, from) = read_kubeconfig(kubeconfig)
+        .map_err(AuditError::Config)?
+        .ok_or_else(|| {
+            AuditError::Config(
+                "several contexts need a kubeconfig: none at $KUBECONFIG or ~/.kube/config".into(),
+            )
+        })?;
+    let server_of = |name: &str| -> Result<String, AuditError> {
+        let context = config.contexts.iter().find(|c| c.name == name).ok_or_else(|| {
+            let known: Vec<&str> = config.contexts.iter().map(|c| c.name.as_str()).collect();
+            AuditError::Config(format!(
+                "{from}: no context \"{name}\" (contexts: {})",
+                known.join(", ")
+            ))
+        })?;
+        let cluster = context
+            .context
+            .as_ref()
+            .map(|c| c.cluster.as_str())
+            .unwrap_or_default();
+        config
+            .clusters
+            .iter()
+            .find(|c| c.name == cluster)
+            .and_then(|c| c.cluster.as_ref()?.server.clone())
+            .map(|server| server.trim_end_matches('/').to_owned())
+            .ok_or_else(|| {
+                AuditError::Config(format!(
+                    "{from}: context \"{name}\" names cluster \"{cluster}\", which has no server"
+                ))
+            })
+    };
+    let names: Vec<&str> = if all {
+        config.contexts.iter().map(|c| c.name.as_str()).collect()
+    } else {
+        named.iter().map(String::as_str).collect()
+    };
+    if names.is_empty() {
+        return Err(AuditError::Config(format!("{from}: no contexts")));
+    }
+    let mut found: Vec<Context> = Vec::new();
+    for name in names {
+        if !found.iter().any(|c| c.name == name) {
+            found.push(Context {
+                name: name.to_owned(),
+                server: server_of(name)?,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// `$KUBECONFIG` (its files merged, as kubectl merges them) or

@@ -193,6 +193,7 @@ pub async fn read(connection: &Connection, csvs: &Csvs) -> Result<Vec<Source>, R
         resource: &resource,
         page: PAGE,
         label_selector: Some(NOT_COPIED),
+        progress: None,
     };
     let mut sources = Vec::new();
     lister

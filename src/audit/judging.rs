@@ -64,6 +64,12 @@ impl Judging<'_, '_> {
                 .extend(j.images.iter().filter_map(|i| i.will_run(allowlist)));
         }
         let mut report = ObjectReport::new(self.source.clone(), object, &j, allowlist, |_| None);
+        if kind.name == "Pod" {
+            resolved(object, &mut report);
+            for image in &report.images {
+                audit.running.add(image);
+            }
+        }
         if let Some(published) = self.rules.published {
             report = report.with_registry(&j, allowlist, published);
         }
@@ -120,6 +126,42 @@ impl Judging<'_, '_> {
         for (mut judged, uid) in std::mem::take(&mut self.pending) {
             judged.report.owners = self.owners.chain(&judged.report.owners, &uid);
             self.take(audit, judged);
+        }
+    }
+}
+
+/// Each Pod container's image as its node resolved it
+/// (`status.*ContainerStatuses[].imageID`), where the node names a digest
+/// other than the spec's: a tag resolved, or a digest the node reports
+/// differently.
+fn resolved(pod: &Value, report: &mut ObjectReport) {
+    for image in &mut report.images {
+        let statuses = match image.path.split('/').nth(2) {
+            Some("containers") => "containerStatuses",
+            Some("initContainers") => "initContainerStatuses",
+            Some("ephemeralContainers") => "ephemeralContainerStatuses",
+            _ => continue,
+        };
+        let Some(name) = image.container.as_deref() else {
+            continue;
+        };
+        let id = pod
+            .pointer(&format!("/status/{statuses}"))
+            .and_then(Value::as_array)
+            .and_then(|all| {
+                all.iter()
+                    .find(|s| s.get("name").and_then(Value::as_str) == Some(name))
+            })
+            .and_then(|s| s.get("imageID"))
+            .and_then(Value::as_str)
+            .and_then(crate::fleet::node_reference);
+        let spec_digest = image
+            .image
+            .as_str()
+            .and_then(|i| i.rsplit_once('@'))
+            .map(|(_, d)| d);
+        if let Some(id) = id.filter(|id| id.rsplit_once('@').map(|(_, d)| d) != spec_digest) {
+            image.resolved = Some(id.to_owned());
         }
     }
 }

@@ -33,7 +33,9 @@ use crate::output::Writer;
 use crate::policy::Verdict;
 use crate::report::{ObjectReport, Report};
 
-pub use cluster::{AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, RequestFailure};
+pub use cluster::{
+    AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, Context, RequestFailure, contexts,
+};
 use judging::Judging;
 pub use judging::{Compared, finding};
 pub use write::Written;
@@ -95,6 +97,8 @@ pub struct Audit {
     /// With [`compare`]: the objects some judgement has a finding for, by
     /// every rule set (the summary counts them all).
     pub compared: Vec<Compared>,
+    /// Pod containers by what they run: `digest_gate_audit_images`.
+    pub running: crate::fleet::Running,
 }
 
 impl Audit {
@@ -151,7 +155,8 @@ fn page_size(kind: &Kind) -> u32 {
 /// Each object's report goes to `out` once its owner chain is known (with
 /// no writer, the report keeps them all), and to what `writes` will write.
 /// With `learn`, it also collects what each workload will run
-/// ([`Audit::will_run`]).
+/// ([`Audit::will_run`]). `progress` counts the objects read, with the
+/// kind and page being read as its message.
 pub async fn run(
     connection: &Connection,
     target: &Target,
@@ -159,9 +164,9 @@ pub async fn run(
     learn: bool,
     writes: &Writes,
     out: Option<&mut Writer<'_>>,
+    progress: &indicatif::ProgressBar,
 ) -> Result<Audit, AuditError> {
-    let hidden = indicatif::ProgressBar::hidden();
-    read(connection, target, rules, &[], (learn, writes, out), &hidden).await
+    read(connection, target, rules, &[], (learn, writes, out), progress).await
 }
 
 /// Reads `target` once and judges every object by `rules` and by each of
@@ -240,6 +245,7 @@ async fn read<'r>(
             resource,
             page: page_size(kind),
             label_selector: target.label_selector.as_deref(),
+            progress: Some(progress),
         };
         let listing = Listing {
             kind,
@@ -466,6 +472,7 @@ async fn break_glass(
         resource: &core,
         page: 500,
         label_selector: Some(label),
+        progress: None,
     };
     // Decoded whole: the walkers' shape has no labels, and a Namespace is small.
     let listed = lister.list_as::<Whole>(None, |ns| {
@@ -522,6 +529,7 @@ async fn namespaces(
                 resource: &core,
                 page: 500,
                 label_selector: Some(selector),
+                progress: None,
             };
             let listed = lister.list(None, |ns| {
                 if let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) {
@@ -568,6 +576,8 @@ struct Lister<'a> {
     /// Objects per page.
     page: u32,
     label_selector: Option<&'a str>,
+    /// Shows the page being read.
+    progress: Option<&'a indicatif::ProgressBar>,
 }
 
 /// One page of a list: its items, decoded as `T` decodes them (the
@@ -651,7 +661,10 @@ impl Lister<'_> {
         if let Some(selector) = self.label_selector {
             params = params.labels(selector);
         }
-        loop {
+        for page in 1u64.. {
+            if let Some(bar) = self.progress.filter(|_| page > 1) {
+                bar.set_message(format!("{}s, page {page}", r.kind));
+            }
             let request = Request::new(&path)
                 .list(&params)
                 .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
@@ -676,6 +689,7 @@ impl Lister<'_> {
                 None => return Ok(()),
             }
         }
+        unreachable!("pages are counted without end")
     }
 }
 

@@ -72,12 +72,14 @@ pub enum Pass {
 /// the next is read, for what `pass` is for. Each object's report goes to
 /// `out` once it cannot be taken back (a file found in a directory may turn
 /// out to be a template, skipped whole); without `out` the report keeps
-/// them all.
+/// them all. `progress` counts the objects judged, with the file being
+/// read as its message.
 pub fn check(
     sources: &Sources,
     rules: judge::Rules<'_>,
     pass: Pass,
     mut out: Option<&mut Writer<'_>>,
+    progress: &indicatif::ProgressBar,
 ) -> Checked {
     let mut outcome = Checked::default();
     outcome.report.errors.clone_from(&sources.problems);
@@ -89,7 +91,9 @@ pub fn check(
         match source.open() {
             Ok(opened) => {
                 outcome.read += 1;
+                progress.set_message(opened.name.clone());
                 let mut file = FileCheck {
+                    progress,
                     name: &opened.name,
                     found: opened.found,
                     rules,
@@ -160,6 +164,8 @@ fn nothing_judged(outcome: &mut Checked) {
 
 /// One file being checked.
 struct FileCheck<'a, 'w> {
+    /// Objects judged, on a terminal.
+    progress: &'a indicatif::ProgressBar,
     name: &'a str,
     found: bool,
     rules: judge::Rules<'a>,
@@ -285,6 +291,7 @@ impl FileCheck<'_, '_> {
             object = object.with_registry(&j, allowlist, published);
         }
         self.outcome.report.push(object);
+        self.progress.inc(1);
         // What --fix leaves counts against the exit code unless audited.
         if fixing && j.mode != Mode::Audit {
             self.outcome.still_denied += j.unfixable().count();
@@ -381,6 +388,7 @@ mod tests {
             },
             if fix { Pass::Fix } else { Pass::Judge },
             None,
+            &indicatif::ProgressBar::hidden(),
         )
     }
 

@@ -156,16 +156,14 @@ impl PolicyArgs {
     }
 }
 
-/// How `audit` and `cleanup` reach the cluster: the cluster flags
-/// `serve` shares, their own `--context`, and the name the timeout had
-/// until chart 0.7.1 (app 0.6.1).
+/// How `audit`, `preflight` and `cleanup` reach a cluster: the cluster
+/// flags `serve` shares, and the name the timeout had until chart 0.7.1
+/// (app 0.6.1). `--context` is each command's own: repeatable on `audit`
+/// and `preflight` ([`ContextArgs`]), not on `cleanup`.
 #[derive(Debug, Args)]
 pub struct ConnectionArgs {
     #[command(flatten)]
     pub cluster: audit::ClusterArgs,
-    /// Kubeconfig context (default: the current context).
-    #[arg(long, env = "DIGEST_GATE_CONTEXT")]
-    pub context: Option<String>,
     /// Deprecated: --cluster-timeout. `serve --request-timeout` is the
     /// webhook's own, so the cluster's has a name of its own.
     #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", hide = true, value_name = "DURATION",
@@ -174,9 +172,9 @@ pub struct ConnectionArgs {
 }
 
 impl ConnectionArgs {
-    /// The connection settings; the old timeout flag is used when the new
-    /// one is not given, with a warning.
-    pub(super) fn settings(&self) -> audit::ClusterSettings {
+    /// The connection settings for `context`; the old timeout flag is used
+    /// when the new one is not given, with a warning.
+    pub(super) fn settings(&self, context: Option<String>) -> audit::ClusterSettings {
         let mut cluster = self.cluster.clone();
         if let Some(old) = self.request_timeout {
             eprintln!(
@@ -184,7 +182,76 @@ impl ConnectionArgs {
             );
             cluster.cluster_timeout.get_or_insert(old);
         }
-        cluster.settings(self.context.clone())
+        cluster.settings(context)
+    }
+}
+
+/// How long one cluster of several may take, read and written, when
+/// `--cluster-deadline` is not given: a cluster that hangs does not hold
+/// the fleet's answer back.
+pub const CLUSTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Which clusters `audit` and `preflight` read: one context, or several
+/// (a fleet), read concurrently.
+#[derive(Debug, Args)]
+pub struct ContextArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// Kubeconfig context (default: the current context); repeat to read
+    /// several clusters in one run.
+    #[arg(
+        long = "context",
+        env = "DIGEST_GATE_CONTEXT",
+        conflicts_with = "all_contexts"
+    )]
+    pub contexts: Vec<String>,
+    /// Read every context of the kubeconfig (of every file $KUBECONFIG
+    /// names, merged as kubectl merges them); contexts naming the same
+    /// server are read once.
+    #[arg(long, env = "DIGEST_GATE_ALL_CONTEXTS")]
+    pub all_contexts: bool,
+    /// With several contexts: clusters read at once.
+    #[arg(long, env = "DIGEST_GATE_PARALLEL", value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: u16,
+    /// Gives up on a cluster whose whole read (and what is written into it)
+    /// takes longer, e.g. 10m, and reports it as not read [default: none
+    /// with one context, 10m with several].
+    #[arg(long, env = "DIGEST_GATE_CLUSTER_DEADLINE", value_name = "DURATION",
+          value_parser = crate::flags::parse_duration)]
+    pub cluster_deadline: Option<std::time::Duration>,
+}
+
+impl ContextArgs {
+    /// Whether several clusters are read: more than one context named, or
+    /// `--all-contexts`.
+    pub fn fleet(&self) -> bool {
+        self.all_contexts || self.contexts.len() > 1
+    }
+
+    /// The settings of the one context read when not [`ContextArgs::fleet`].
+    pub(super) fn settings(&self) -> audit::ClusterSettings {
+        self.connection.settings(self.contexts.first().cloned())
+    }
+
+    /// The clusters to read, those naming the same server together (the
+    /// first context named reads it), in the order named.
+    pub(super) fn clusters(&self) -> Result<Vec<(audit::Context, Vec<String>)>, audit::AuditError> {
+        let kubeconfig = self.connection.cluster.kubeconfig.as_deref();
+        let mut clusters: Vec<(audit::Context, Vec<String>)> = Vec::new();
+        for context in audit::contexts(kubeconfig, &self.contexts, self.all_contexts)? {
+            match clusters.iter_mut().find(|(c, _)| c.server == context.server) {
+                Some((_, also)) => also.push(context.name),
+                None => clusters.push((context, Vec::new())),
+            }
+        }
+        Ok(clusters)
+    }
+
+    /// The deadline of one cluster's read, if any.
+    pub(super) fn deadline(&self) -> Option<std::time::Duration> {
+        self.cluster_deadline
+            .or_else(|| self.fleet().then_some(CLUSTER_DEADLINE))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use super::args::{ConnectionArgs, Output, PolicyArgs};
+use super::args::{ConnectionArgs, ContextArgs, Output, PolicyArgs};
 use super::{client_runtime, judged_by, missing_allowlist, output_format, print_out, report_writer};
 use crate::allowlist;
 use crate::audit;
@@ -17,6 +17,9 @@ use crate::report;
 pub struct CleanupArgs {
     #[command(flatten)]
     pub connection: ConnectionArgs,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, env = "DIGEST_GATE_CONTEXT")]
+    pub context: Option<String>,
     /// Only what this ClusterRole owns: what the background audit of the
     /// release whose audit role it is wrote (`serve --audit-owner`).
     #[arg(long, env = "DIGEST_GATE_OWNER", value_name = "CLUSTERROLE")]
@@ -29,8 +32,9 @@ pub struct AuditArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
     #[command(flatten)]
-    pub connection: ConnectionArgs,
-    /// Namespace to read (repeatable; default: the context's namespace).
+    pub clusters: ContextArgs,
+    /// Namespace to read (repeatable; default: the context's namespace,
+    /// with several contexts every namespace).
     #[arg(
         short = 'n',
         long = "namespace",
@@ -39,7 +43,8 @@ pub struct AuditArgs {
         conflicts_with = "all_namespaces"
     )]
     pub namespaces: Vec<String>,
-    /// Read every namespace, and the cluster-scoped kinds.
+    /// Read every namespace, and the cluster-scoped kinds (the default with
+    /// several contexts).
     #[arg(short = 'A', long, env = "DIGEST_GATE_ALL_NAMESPACES")]
     pub all_namespaces: bool,
     /// Only objects matching this label selector, e.g. app=ovms.
@@ -98,9 +103,22 @@ pub struct AuditArgs {
     /// read from their labels (`list nodes`).
     #[command(flatten)]
     pub verify: VerifyRegistryArgs,
+    /// No progress on standard error (drawn only on a terminal anyway).
+    #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
+    pub quiet: bool,
 }
 
 pub(super) fn run(args: &AuditArgs) -> u8 {
+    prepared(args, single)
+}
+
+/// What every audit run starts from (the flags checked, the allowlist
+/// files opened, the runtime and the report's writer), handed to `go`:
+/// [`single`], or the fleet's run over several contexts.
+pub(super) fn prepared(
+    args: &AuditArgs,
+    go: impl FnOnce(&Run<'_>, &tokio::runtime::Runtime, output::Writer<'_>) -> u8,
+) -> u8 {
     if args.policy.allowlist.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
         missing_allowlist();
     }
@@ -118,64 +136,147 @@ pub(super) fn run(args: &AuditArgs) -> u8 {
     let Some(runtime) = client_runtime() else {
         return 2;
     };
-    let Some(mut writer) = report_writer(output_format(args.output, false), std::io::stdout()) else {
+    let Some(writer) = report_writer(output_format(args.output, false), std::io::stdout()) else {
         return 2;
     };
-    let policy = args.policy.policy();
-    let writes = audit::Writes {
-        policy_reports: args.policy_reports,
-        passes: args.policy_reports_passes,
-        events: args.events,
-        owner: None,
+    let run = Run {
+        args,
+        files: &files,
+        policy: args.policy.policy(),
+        kinds,
+        writes: audit::Writes {
+            policy_reports: args.policy_reports,
+            passes: args.policy_reports_passes,
+            events: args.events,
+            owner: None,
+        },
     };
-    let result = runtime.block_on(async {
-        let connection = audit::Connection::open(&args.connection.settings())
-            .await
-            .map_err(|e| e.to_string())?;
-        let loaded = with_installed(&connection, args, &files, &policy).await?;
-        let target = audit::Target {
-            scope: scope(args, &connection),
-            label_selector: args.selector.clone(),
-            kinds: (!kinds.is_empty()).then_some(kinds),
-            break_glass_label: Some(args.break_glass_label.clone()),
-        };
-        // With --registry the first pass only learns what will run: its
-        // reports go nowhere and it writes nothing.
-        let (mut nowhere, nothing) = (output::Writer::discard(), audit::Writes::default());
-        let pass = async |round: Round<'_>| {
-            let (learn, published, writes, out) = match round {
-                Round::Learn => (true, None, &nothing, &mut nowhere),
-                Round::Judge(published) => (false, published, &writes, &mut writer),
-            };
-            let rules = judge::Rules {
-                policy: &policy,
-                allowlist: &loaded.allowlist,
-                published,
-            };
-            audit::run(&connection, &target, rules, learn, writes, Some(out))
-                .await
-                .map_err(|e| e.to_string())
-        };
-        let mut found = registry::judged(&args.verify, Some(&connection), &loaded.allowlist, pass).await?;
-        // Results were written out as they were judged: what cannot be
-        // written now ends the report as its errors.
-        if found.stopped.is_none()
-            && let Err(e) = audit::write(&connection, &mut found, &writes).await
-        {
-            found.report.errors.push(e.to_string());
+    go(&run, &runtime, writer)
+}
+
+/// What one run reads every cluster with.
+pub(super) struct Run<'a> {
+    pub(super) args: &'a AuditArgs,
+    pub(super) files: &'a [allowlist::OpenFile],
+    pub(super) policy: crate::policy::Policy,
+    pub(super) kinds: Vec<&'static crate::objects::Kind>,
+    pub(super) writes: audit::Writes,
+}
+
+/// Why a cluster's audit could not be done, typed where the cluster said so.
+pub(super) struct Failed {
+    pub(super) cause: Option<audit::AuditError>,
+    pub(super) message: String,
+}
+
+impl From<String> for Failed {
+    fn from(message: String) -> Self {
+        Self { cause: None, message }
+    }
+}
+
+impl From<audit::AuditError> for Failed {
+    fn from(e: audit::AuditError) -> Self {
+        Self {
+            message: e.to_string(),
+            cause: Some(e),
         }
-        Ok::<_, String>((connection, found))
+    }
+}
+
+/// One context, its report written as it is judged.
+fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::Writer<'_>) -> u8 {
+    let args = run.args;
+    let progress = super::progress::cluster_objects(args.quiet);
+    let result = runtime.block_on(async {
+        let connection = audit::Connection::open(&args.clusters.settings()).await?;
+        let target = run.target(scope(args, &connection));
+        let found = run
+            .cluster(&connection, None, &target, Some(&mut writer), &progress)
+            .await?;
+        Ok::<_, Failed>((connection, found))
     });
+    progress.finish_and_clear();
     let (connection, mut found) = match result {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", e.message);
             return 2;
         }
     };
     found.report.notes.push(read_note(&connection, &found));
     let _ = writer.finish(&mut found.report, None);
     report::exit_code(&found.report)
+}
+
+impl Run<'_> {
+    /// What `-n`, `-l`, `--kinds` and the break-glass label name, in `scope`.
+    pub(super) fn target(&self, scope: audit::Scope) -> audit::Target {
+        audit::Target {
+            scope,
+            label_selector: self.args.selector.clone(),
+            kinds: (!self.kinds.is_empty()).then(|| self.kinds.clone()),
+            break_glass_label: Some(self.args.break_glass_label.clone()),
+        }
+    }
+
+    /// Reads and judges one cluster, then writes into it what was asked.
+    /// `shared`: the allowlist, when no `--allowlist-csv` makes it the
+    /// cluster's own. Each object's report goes to `out` as it is judged
+    /// (kept in the audit's report without one).
+    pub(super) async fn cluster(
+        &self,
+        connection: &audit::Connection,
+        shared: Option<&allowlist::Loaded>,
+        target: &audit::Target,
+        mut out: Option<&mut output::Writer<'_>>,
+        progress: &indicatif::ProgressBar,
+    ) -> Result<audit::Audit, Failed> {
+        let args = self.args;
+        let own;
+        let loaded = match shared {
+            Some(loaded) => loaded,
+            None => {
+                own = with_installed(connection, args, self.files, &self.policy).await?;
+                &own
+            }
+        };
+        // With --registry the first pass only learns what will run: its
+        // reports go nowhere and it writes nothing.
+        let (mut nowhere, nothing) = (output::Writer::discard(), audit::Writes::default());
+        let mut cause = None;
+        let pass = async |round: Round<'_>| {
+            let (learn, published, writes, out) = match round {
+                Round::Learn => (true, None, &nothing, Some(&mut nowhere)),
+                Round::Judge(published) => (false, published, &self.writes, out.as_deref_mut()),
+            };
+            let rules = judge::Rules {
+                policy: &self.policy,
+                allowlist: &loaded.allowlist,
+                published,
+            };
+            audit::run(connection, target, rules, learn, writes, out, progress)
+                .await
+                .map_err(|e| {
+                    let message = e.to_string();
+                    cause = Some(e);
+                    message
+                })
+        };
+        let judged = registry::judged(&args.verify, Some(connection), &loaded.allowlist, pass).await;
+        let mut found = judged.map_err(|message| Failed {
+            cause: cause.take(),
+            message,
+        })?;
+        // Results were written out as they were judged: what cannot be
+        // written now ends the report as its errors.
+        if found.stopped.is_none()
+            && let Err(e) = audit::write(connection, &mut found, &self.writes).await
+        {
+            found.report.errors.push(e.to_string());
+        }
+        Ok(found)
+    }
 }
 
 /// The allowlist files and then the installed CSVs `--allowlist-csv`
@@ -197,8 +298,20 @@ async fn with_installed(
     Ok(loaded)
 }
 
+/// The allowlist of every cluster, loaded once: without `--allowlist-csv`
+/// nothing of it comes from a cluster.
+pub(super) fn shared(run: &Run<'_>) -> Result<Option<allowlist::Loaded>, String> {
+    if !run.args.csvs.allowlist_csv.is_empty() {
+        return Ok(None);
+    }
+    let loaded = allowlist::load_with_installed(run.files, &[], &run.policy.catalog)
+        .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+    judged_by(&run.policy, &loaded.allowlist)?;
+    Ok(Some(loaded))
+}
+
 /// What an audit read, and from where.
-fn read_note(connection: &audit::Connection, found: &audit::Audit) -> String {
+pub(super) fn read_note(connection: &audit::Connection, found: &audit::Audit) -> String {
     let read: Vec<String> = found.read.iter().map(|(kind, n)| format!("{kind} {n}")).collect();
     format!(
         "read from {} (context \"{}\"): {}",
@@ -239,10 +352,11 @@ fn kinds(names: &[String]) -> Result<Vec<&'static crate::objects::Kind>, u8> {
         .collect()
 }
 
-/// The namespaces `audit`'s flags name: all (`-A`, or a selector), those
-/// given, or the context's.
-fn scope(args: &AuditArgs, connection: &audit::Connection) -> audit::Scope {
-    if args.all_namespaces || args.namespace_selector.is_some() {
+/// The namespaces `audit`'s flags name: all (`-A`, a selector, or several
+/// contexts and no `-n`), those given, or the context's.
+pub(super) fn scope(args: &AuditArgs, connection: &audit::Connection) -> audit::Scope {
+    let fleet = args.clusters.fleet() && args.namespaces.is_empty();
+    if args.all_namespaces || args.namespace_selector.is_some() || fleet {
         audit::Scope::All {
             namespace_selector: args.namespace_selector.clone(),
         }
@@ -265,7 +379,7 @@ pub(super) fn run_cleanup(args: &CleanupArgs) -> u8 {
         return 2;
     };
     let result = runtime.block_on(async {
-        let connection = audit::Connection::open(&args.connection.settings())
+        let connection = audit::Connection::open(&args.connection.settings(args.context.clone()))
             .await
             .map_err(|e| e.to_string())?;
         let uid = match &args.owner {

@@ -40,6 +40,10 @@ pub struct CheckArgs {
     pub in_place: bool,
     #[command(flatten)]
     pub verify: VerifyRegistryArgs,
+    /// No progress on standard error (drawn only when it is a terminal and
+    /// the report goes elsewhere).
+    #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
+    pub quiet: bool,
 }
 
 pub(super) fn run(args: &CheckArgs) -> u8 {
@@ -124,22 +128,32 @@ fn checked(
 ) -> Result<Checked, String> {
     let policy = args.policy.policy();
     let judged = if args.fix { Pass::Fix } else { Pass::Judge };
+    // With --fix the report is on standard error, where a bar would mix
+    // into it.
+    let progress = super::progress::objects_judged(args.quiet || args.fix);
+    let _cleared = super::progress::Clear(&progress);
     let rules = judge::Rules {
         policy: &policy,
         allowlist,
         published: None,
     };
     if !args.verify.enabled {
-        return Ok(check::check(&sources, rules, judged, Some(out)));
+        return Ok(check::check(&sources, rules, judged, Some(out), &progress));
     }
     let sources = sources.buffered().map_err(|e| e.to_string())?;
     let pass = async |round: Round<'_>| {
         Ok(match round {
             // Learning reports nothing.
-            Round::Learn => check::check(&sources, rules, Pass::Learn, None),
+            Round::Learn => check::check(
+                &sources,
+                rules,
+                Pass::Learn,
+                None,
+                &indicatif::ProgressBar::hidden(),
+            ),
             Round::Judge(published) => {
                 let rules = judge::Rules { published, ..rules };
-                check::check(&sources, rules, judged, Some(&mut *out))
+                check::check(&sources, rules, judged, Some(&mut *out), &progress)
             }
         })
     };

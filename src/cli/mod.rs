@@ -8,7 +8,9 @@ mod allowlist;
 mod args;
 mod audit;
 mod check;
+mod fleet;
 mod preflight;
+mod progress;
 mod serve;
 
 use std::io::Write;
@@ -111,6 +113,7 @@ pub fn main() -> ExitCode {
             serve::run(*args, addresses)
         }
         Command::Check(args) => check::run(&args),
+        Command::Audit(args) if args.clusters.fleet() => fleet::run(&args),
         Command::Audit(args) => audit::run(&args),
         Command::Preflight(args) => preflight::run(&args),
         Command::Cleanup(args) => audit::run_cleanup(&args),

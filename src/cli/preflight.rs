@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::args::{ConnectionArgs, Output, PolicyArgs};
+use super::args::{ContextArgs, Output, PolicyArgs};
 use super::{client_runtime, print_out};
 use crate::allowlist;
 use crate::audit;
@@ -17,8 +17,9 @@ pub struct PreflightArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
     #[command(flatten)]
-    pub connection: ConnectionArgs,
-    /// The InstallPlan to judge before it is approved.
+    pub clusters: ContextArgs,
+    /// The InstallPlan to judge before it is approved (of one cluster: with
+    /// several contexts, --all-pending or a file target).
     #[arg(
         long,
         env = "DIGEST_GATE_INSTALLPLAN",
@@ -220,8 +221,11 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         annotate: args.annotate,
         owner: None,
     };
+    if args.clusters.fleet() {
+        return fleet(args, &runtime, &inputs);
+    }
     let found = runtime.block_on(async {
-        let connection = audit::Connection::open(&args.connection.settings())
+        let connection = audit::Connection::open(&args.clusters.settings())
             .await
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(preflight::run(&connection, &inputs).await)
@@ -240,4 +244,120 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         Output::Text => render::text(&found, now),
     });
     render::exit_code(&found)
+}
+
+/// The pre-flight of every cluster the contexts name, concurrently: each
+/// cluster's report under its name (text), in `clusters[]` (JSON), or as a
+/// SARIF run of its own; the worst exit code, 2 for a cluster not read.
+fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &preflight::Inputs<'_>) -> u8 {
+    if args.installplan.is_some() {
+        eprintln!(
+            "error: one --installplan cannot name a plan on several clusters: use --all-pending, --csv, --bundle or --catalog"
+        );
+        return 2;
+    }
+    let clusters = match args.clusters.clusters() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let deadline = args.clusters.deadline().unwrap_or(super::args::CLUSTER_DEADLINE);
+    let now = std::time::SystemTime::now();
+    let done: Vec<(String, String, Result<preflight::Preflight, String>)> = runtime.block_on(async {
+        use futures::StreamExt;
+        let reads = clusters.iter().map(|(context, _)| async move {
+            let settings = args.clusters.connection.settings(Some(context.name.clone()));
+            let read = async {
+                let connection = audit::Connection::open(&settings)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(preflight::run(&connection, inputs).await)
+            };
+            let found = tokio::time::timeout(deadline, read).await.unwrap_or_else(|_| {
+                Err(format!(
+                    "not read within --cluster-deadline {}",
+                    humantime::format_duration(deadline)
+                ))
+            });
+            (context.name.clone(), context.server.clone(), found)
+        });
+        futures::stream::iter(reads)
+            .buffered(usize::from(args.clusters.parallel))
+            .collect()
+            .await
+    });
+    let (code, text, told, log) = each_told(&done, now);
+    print_out(&match args.output {
+        Output::Text => text,
+        Output::Json => {
+            let mut s = serde_json::to_string_pretty(&serde_json::json!({ "clusters": told })).expect("JSON");
+            s.push('\n');
+            s
+        }
+        Output::Sarif => {
+            let mut s = serde_json::to_string_pretty(&log).expect("JSON");
+            s.push('\n');
+            s
+        }
+    });
+    code
+}
+
+/// Each cluster's pre-flight rendered: the worst exit code, the text, the
+/// JSON `clusters[]` and the SARIF log with a run per cluster.
+#[allow(clippy::type_complexity)]
+fn each_told(
+    done: &[(String, String, Result<preflight::Preflight, String>)],
+    now: std::time::SystemTime,
+) -> (u8, String, Vec<serde_json::Value>, serde_json::Value) {
+    let mut code = 0;
+    let mut text = String::new();
+    let mut told = Vec::new();
+    let mut runs = Vec::new();
+    // SARIF's log of every cluster: the first one's, with each cluster's
+    // run (a log holds several runs, SARIF 3.13.4).
+    let mut log = serde_json::Value::Null;
+    for (context, server, found) in done {
+        let (status, error) = match found {
+            Ok(found) => {
+                code = code.max(render::exit_code(found));
+                text.push_str(&format!(
+                    "== cluster \"{context}\" ({server}) ==\n{}",
+                    render::text(found, now)
+                ));
+                let report: serde_json::Value =
+                    serde_json::from_str(&render::json(found, now)).expect("the report is JSON");
+                let sarif: serde_json::Value =
+                    serde_json::from_str(&render::sarif(found)).expect("the report is JSON");
+                for mut run in sarif["runs"].as_array().cloned().unwrap_or_default() {
+                    run["properties"] = serde_json::json!({"context": context, "server": server});
+                    runs.push(run);
+                }
+                if log.is_null() {
+                    log = sarif;
+                }
+                let ok = if found.complete() { "ok" } else { "partial" };
+                told.push(
+                    serde_json::json!({"context": context, "server": server, "status": ok,
+                    "error": null, "preflight": report}),
+                );
+                continue;
+            }
+            Err(e) => ("unreachable", e),
+        };
+        code = 2;
+        text.push_str(&format!(
+            "== cluster \"{context}\" ({server}) ==\nerror: not read: {error}\n"
+        ));
+        told.push(
+            serde_json::json!({"context": context, "server": server, "status": status, "error": error}),
+        );
+    }
+    if log.is_null() {
+        log = serde_json::json!({"version": "2.1.0"});
+    }
+    log["runs"] = serde_json::Value::Array(runs);
+    (code, text, told, log)
 }

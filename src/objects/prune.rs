@@ -169,9 +169,9 @@ macro_rules! metadata_shape {
     };
 }
 static METADATA: Shape = metadata_shape!();
-/// An object's top level around its `metadata` shape.
+/// An object's top level around its `metadata` shape, and `$extra` fields.
 macro_rules! object_shape {
-    ($metadata:expr) => {
+    ($metadata:expr $(, ($extra:literal, $shape:expr))*) => {
         Shape::Object(&[
             ("apiVersion", &KEEP),
             ("kind", &KEEP),
@@ -181,6 +181,7 @@ macro_rules! object_shape {
             ("data", &KEEP),
             ("objects", &OBJECTS),
             ("parameters", &PARAMETERS),
+            $(($extra, $shape)),*
         ])
     };
 }
@@ -192,9 +193,18 @@ static OBJECTS: Shape = Shape::List(&OBJECT);
 static PARAMETER: Shape = Shape::Object(&[("name", &KEEP), ("value", &KEEP)]);
 static PARAMETERS: Shape = Shape::List(&PARAMETER);
 static LISTED_METADATA: Shape = metadata_shape!("uid", "ownerReferences");
-/// A Kubernetes object as `audit` reads it from a list: [`OBJECT`] and the
-/// object's uid and owner references, which name what to fix.
-pub static LISTED: Shape = object_shape!(&LISTED_METADATA);
+/// A container's status: what its node resolved the image to (`imageID`).
+static CONTAINER_STATUS: Shape = Shape::Object(&[("name", &KEEP), ("imageID", &KEEP)]);
+static CONTAINER_STATUSES: Shape = Shape::List(&CONTAINER_STATUS);
+static STATUS: Shape = Shape::Object(&[
+    ("containerStatuses", &CONTAINER_STATUSES),
+    ("initContainerStatuses", &CONTAINER_STATUSES),
+    ("ephemeralContainerStatuses", &CONTAINER_STATUSES),
+]);
+/// A Kubernetes object as `audit` reads it from a list: [`OBJECT`], the
+/// object's uid and owner references, which name what to fix, and a Pod's
+/// container statuses, which say what its node runs.
+pub static LISTED: Shape = object_shape!(&LISTED_METADATA, ("status", &STATUS));
 
 /// Decodes a value keeping only what `shape` names. A value whose JSON type
 /// does not match its shape is kept whole, so the walkers still see (and

@@ -248,6 +248,7 @@ impl Auditor<'_> {
             false,
             &self.writes,
             Some(&mut nowhere),
+            &indicatif::ProgressBar::hidden(),
         )
         .await;
         let result = match audited {
@@ -276,6 +277,8 @@ impl Auditor<'_> {
         let counts = findings(found);
         let errors = found.report.errors.len();
         self.metrics.run(&counts, seconds, errors);
+        self.metrics
+            .images(&found.running.series(crate::fleet::SERIES_LIMIT));
         self.metrics.break_glass_namespaces(found.break_glass.len());
         for e in &found.report.errors {
             tracing::warn!(error = %e, "background audit");

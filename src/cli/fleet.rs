@@ -1,0 +1,236 @@
+//! `audit` over several clusters (`--context a --context b`,
+//! `--all-contexts`): each read concurrently, at most `--parallel` at once
+//! and each within `--cluster-deadline`; their reports written in the
+//! order named as each is done, every line naming its cluster; then which
+//! cluster runs which digest ([`fleet::Table`]), a summary per cluster and
+//! for the fleet. A cluster not wholly read is an error naming it (exit 2)
+//! and holds no other back.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::audit::{AuditArgs, Failed, Run, prepared, read_note, scope, shared};
+use super::progress;
+use crate::audit;
+use crate::fleet::{self, Status};
+use crate::output::{Extra, Writer};
+use crate::report::{self, Report};
+
+/// One cluster's read, done or not.
+struct Outcome {
+    cluster: fleet::Cluster,
+    found: Option<audit::Audit>,
+    /// What was read and from where.
+    note: Option<String>,
+}
+
+/// `audit` over the clusters the contexts name.
+pub(super) fn run(args: &AuditArgs) -> u8 {
+    prepared(args, fleet)
+}
+
+fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -> u8 {
+    let args = run.args;
+    let clusters = match args.clusters.clusters() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let loaded = match shared(run) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let mut writer = writer.naming_clusters();
+    let names: Vec<String> = clusters.iter().map(|(c, _)| c.name.clone()).collect();
+    let mut table = fleet::Table::new(names);
+    let mut fleet_report = Report::default();
+    let mut told = Vec::new();
+    let bars = progress::Fleet::new(args.quiet);
+    let deadline = args.clusters.deadline();
+    runtime.block_on(async {
+        let reads = clusters.iter().map(|(context, also)| {
+            let bar = bars.cluster(&context.name);
+            one(run, loaded.as_ref(), context, also, deadline, bar)
+        });
+        let mut done = futures::stream::iter(reads).buffered(usize::from(args.clusters.parallel));
+        let mut at = 0;
+        while let Some(mut outcome) = done.next().await {
+            if let Some(found) = &mut outcome.found {
+                for object in &found.report.results {
+                    table.add(at, object);
+                }
+                // Written now: a run holds at most --parallel clusters' reports.
+                bars.suspend(|| writer.flush(&mut found.report));
+            }
+            merge(&mut fleet_report, &mut outcome);
+            told.push(outcome.cluster);
+            at += 1;
+        }
+    });
+    let extra = ending(&table, &told);
+    let _ = writer.finish_with(&mut fleet_report, None, &extra);
+    report::exit_code(&fleet_report)
+}
+
+/// Reads one cluster within `deadline`.
+async fn one(
+    run: &Run<'_>,
+    loaded: Option<&crate::allowlist::Loaded>,
+    context: &audit::Context,
+    also: &[String],
+    deadline: Option<Duration>,
+    bar: indicatif::ProgressBar,
+) -> Outcome {
+    let mut cluster = fleet::Cluster {
+        context: context.name.clone(),
+        also: also.to_vec(),
+        server: context.server.clone(),
+        status: Status::Ok,
+        error: None,
+        summary: report::Summary::default(),
+    };
+    let read = async {
+        let settings = run.args.clusters.connection.settings(Some(context.name.clone()));
+        let connection = audit::Connection::open(&settings).await?;
+        let target = run.target(scope(run.args, &connection));
+        let found = run.cluster(&connection, loaded, &target, None, &bar).await?;
+        Ok::<_, Failed>((read_note(&connection, &found), found))
+    };
+    let (result, late) = match deadline {
+        Some(d) => match tokio::time::timeout(d, read).await {
+            Ok(r) => (r, false),
+            Err(_) => (
+                Err(Failed::from(format!(
+                    "not read within --cluster-deadline {}: nothing of it is reported",
+                    humantime::format_duration(d)
+                ))),
+                true,
+            ),
+        },
+        None => (read.await, false),
+    };
+    bar.finish_and_clear();
+    match result {
+        Ok((note, found)) => {
+            cluster.status = match (&found.stopped, found.report.errors.is_empty()) {
+                (None, true) => Status::Ok,
+                _ => Status::Partial,
+            };
+            if cluster.status != Status::Ok {
+                cluster.error = Some(found.report.errors.join("; "));
+            }
+            cluster.summary = found.report.summary.clone();
+            Outcome {
+                cluster,
+                found: Some(found),
+                note: Some(note),
+            }
+        }
+        Err(failed) => {
+            cluster.status = match &failed.cause {
+                _ if late => Status::Deadline,
+                Some(audit::AuditError::Config(_)) => Status::Config,
+                Some(audit::AuditError::Unreachable(_)) => Status::Unreachable,
+                _ => Status::Failed,
+            };
+            cluster.error = Some(failed.message);
+            Outcome {
+                cluster,
+                found: None,
+                note: None,
+            }
+        }
+    }
+}
+
+/// Adds a cluster's counts, errors and notes to the fleet's, each naming
+/// the cluster.
+fn merge(fleet: &mut Report, outcome: &mut Outcome) {
+    let name = &outcome.cluster.context;
+    let Some(found) = &mut outcome.found else {
+        let why = outcome.cluster.error.as_deref().unwrap_or_default();
+        fleet.errors.push(format!(
+            "cluster \"{name}\" ({}) not read ({}): {why}",
+            outcome.cluster.server, outcome.cluster.status
+        ));
+        return;
+    };
+    let (s, f) = (&found.report.summary, &mut fleet.summary);
+    f.objects += s.objects;
+    f.allow += s.allow;
+    f.rewrite += s.rewrite;
+    f.deny += s.deny;
+    f.skipped += s.skipped;
+    if let Some(counts) = &s.registry {
+        let total = f.registry.get_or_insert_with(Default::default);
+        total.ok += counts.ok;
+        total.missing += counts.missing;
+        total.not_runnable += counts.not_runnable;
+        total.platform_missing += counts.platform_missing;
+        total.unverifiable += counts.unverifiable;
+    }
+    fleet
+        .errors
+        .extend(found.report.errors.drain(..).map(|e| format!("{name}: {e}")));
+    fleet.notes.extend(outcome.note.take());
+    fleet
+        .notes
+        .extend(found.report.notes.drain(..).map(|n| format!("{name}: {n}")));
+}
+
+/// The end of a fleet's report: which cluster runs what, the table, a
+/// line per cluster and one for the fleet (text); `clusters` and `images`
+/// (JSON, and SARIF's run properties).
+fn ending(table: &fleet::Table, clusters: &[fleet::Cluster]) -> Extra {
+    let read = clusters.iter().filter(|c| c.status.was_read()).count();
+    let mut text = String::new();
+    table.incident_lines(read, &mut text);
+    table.text(read, &mut text);
+    for c in clusters {
+        let also = if c.also.is_empty() {
+            String::new()
+        } else {
+            format!(", also context {}", c.also.join(", "))
+        };
+        let s = &c.summary;
+        let told = match (&c.status, &c.error) {
+            (Status::Ok | Status::Partial, _) => format!(
+                "{}: {} objects checked: {} allowed, {} to rewrite, {} denied, {} skipped",
+                c.status, s.objects, s.allow, s.rewrite, s.deny, s.skipped
+            ),
+            (status, error) => format!("{status}: {}", error.as_deref().unwrap_or_default()),
+        };
+        text.push_str(&format!(
+            "cluster \"{}\" ({}{also}): {told}\n",
+            c.context, c.server
+        ));
+    }
+    let not_wholly: Vec<&str> = clusters
+        .iter()
+        .filter(|c| c.status != Status::Ok)
+        .map(|c| c.context.as_str())
+        .collect();
+    text.push_str(&format!(
+        "{} clusters: {} read wholly{}\n",
+        clusters.len(),
+        clusters.len() - not_wholly.len(),
+        if not_wholly.is_empty() {
+            String::new()
+        } else {
+            format!(", {} not: {}", not_wholly.len(), not_wholly.join(", "))
+        }
+    ));
+    let mut json = serde_json::Map::new();
+    json.insert(
+        "clusters".into(),
+        serde_json::to_value(clusters).expect("clusters serialise"),
+    );
+    json.insert("images".into(), table.json());
+    Extra { text, json }
+}

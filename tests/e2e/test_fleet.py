@@ -1,0 +1,278 @@
+"""`digest-gate audit` over several clusters at once, on two real control
+planes: the incident's fleet table (the stale runtime on one cluster, the
+promoted one on the other) printed by one run, a cluster that cannot be read
+named with exit 2 while the other is still reported, PolicyReports written
+into each, progress on a terminal; and the background audit's
+`digest_gate_audit_images` scraped from a real server."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+import subprocess
+
+import pytest
+
+from cluster import ROOT, ControlPlane, admin_metric, binaries, free_port, serve_dev, wait_until
+from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, PROMOTED_TAG, incident_runtime
+from support import binary
+
+ALLOWLIST = ROOT / "examples" / "allowlist.yaml"
+NS = "fleet-models"
+SELECTOR = "digest-gate-e2e/fleet=yes"
+REPO = INCIDENT_IMAGE.split("@")[0]
+STALE, PROMOTED = INCIDENT_IMAGE.split("@")[1], PROMOTED_IMAGE.split("@")[1]
+POLICY_REPORT_CRDS = ROOT / "charts" / "digest-gate" / "files" / "policyreport"
+ENV = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "NO_PROXY": "127.0.0.1,localhost", "TERM": "xterm"}
+
+
+def short(digest: str) -> str:
+    return digest[:19] + "…"
+
+
+def pod(name: str, image: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+            "spec": {"containers": [{"name": "ovms", "image": image}]}}
+
+
+def ran(cluster: ControlPlane, name: str, image_id: str):
+    """What a kubelet writes once the container runs: the digest its node
+    resolved the image to (there is no kubelet here)."""
+    status = {"status": {"containerStatuses": [{
+        "name": "ovms", "image": PROMOTED_TAG, "imageID": image_id, "ready": True, "restartCount": 0,
+        "state": {"running": {"startedAt": "2026-12-07T00:00:00Z"}}}]}}
+    code, body = cluster.request("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", status,
+                                 content_type="application/merge-patch+json")
+    assert code == 200, body
+
+
+def prepare(cluster: ControlPlane, image: str):
+    for crd in sorted(POLICY_REPORT_CRDS.glob("*.yaml")):
+        cluster.kubectl("apply", "-f", str(crd))
+    cluster.kubectl("apply", "-f", str(FIXTURES / "crds" / "modelmesh-serving_serving.kserve.io_servingruntimes.yaml"))
+    for crd in ("servingruntimes.serving.kserve.io", "policyreports.wgpolicyk8s.io"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    cluster.namespace(NS, dict([SELECTOR.split("=")]))
+    runtime = incident_runtime(NS)
+    runtime["spec"]["containers"][0]["image"] = image
+    cluster.apply(runtime)
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster, tmp_path_factory):
+    """Two clusters: the session's ("ukce", upgraded: the stale runtime,
+    and a Pod whose tag its node resolved to the stale digest) and one of
+    this module's own ("frkq", fresh: the promoted runtime and Pod)."""
+    other = ControlPlane(tmp_path_factory.mktemp("fleet-frkq"), binaries())
+    try:
+        other.start()
+        prepare(cluster, INCIDENT_IMAGE)
+        prepare(other, PROMOTED_IMAGE)
+        cluster.apply(pod("ovms-tagged", PROMOTED_TAG))
+        ran(cluster, "ovms-tagged", f"docker-pullable://{INCIDENT_IMAGE}")
+        other.apply(pod("ovms-pinned", PROMOTED_IMAGE))
+        ran(other, "ovms-pinned", PROMOTED_IMAGE)
+        yield {"ukce": cluster, "frkq": other}
+    finally:
+        other.stop()
+        cluster.delete_namespace(NS)
+
+
+def kubeconfig(path: pathlib.Path, contexts: dict[str, ControlPlane]) -> pathlib.Path:
+    """One kubeconfig file naming `contexts`, each with a cluster and user
+    of its own name, as a person's merged kubeconfig has them."""
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": next(iter(contexts)),
+              "clusters": [], "users": [], "contexts": []}
+    for name, cp in contexts.items():
+        config["clusters"].append({"name": name, "cluster": {"server": cp.url,
+                                                               "certificate-authority": str(cp.pki / "ca.crt")}})
+        config["users"].append({"name": name, "user": {"token": cp.ADMIN_TOKEN}})
+        config["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
+    path.write_text(json.dumps(config))
+    return path
+
+
+def audit(*args: str, kubeconfig_env: str | None = None) -> subprocess.CompletedProcess:
+    env = dict(ENV, **({"KUBECONFIG": kubeconfig_env} if kubeconfig_env else {}))
+    return subprocess.run([str(binary()), "audit", "--allowlist", str(ALLOWLIST), "--cluster-timeout", "10s",
+                           *args], capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.fixture(scope="module")
+def merged(fleet, tmp_path_factory) -> pathlib.Path:
+    """Both clusters, and the first again under a second name."""
+    return kubeconfig(tmp_path_factory.mktemp("fleet") / "config",
+                      {"ukce": fleet["ukce"], "frkq": fleet["frkq"], "ukce-admin": fleet["ukce"]})
+
+
+def test_one_run_answers_which_clusters_run_which_digest(fleet, merged):
+    r = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "--context", "ukce-admin",
+              "-n", NS)
+    assert r.returncode == 1, r.stderr + r.stdout
+    out = r.stdout
+    assert (f"1 of 2 clusters runs {REPO}@{short(STALE)} (never promoted): ukce; "
+            f"ukce runs @{short(STALE)} (its nodes resolved a tag to it); frkq runs the promoted @{short(PROMOTED)}"
+            ) in out, out
+    # Every object line names its cluster; the Pod's line says what its node runs.
+    assert f"ukce: {NS}/ServingRuntime/ovms: " in out, out
+    assert f"ukce: {NS}/Pod/ovms-tagged: " in out and f"(its node runs {INCIDENT_IMAGE})" in out, out
+    assert "frkq: " not in "".join(l for l in out.splitlines(True) if f"{NS}/" in l), out
+    # The table: digest → clusters, per repository.
+    assert f"    never promoted        @{STALE}  ukce\n" in out, out
+    assert f"    promoted              @{PROMOTED}  frkq\n" in out, out
+    # The contexts naming one server were read once, named together.
+    assert f'cluster "ukce" ({fleet["ukce"].url}, also context ukce-admin): ok: ' in out, out
+    assert f'cluster "frkq" ({fleet["frkq"].url}): ok: ' in out, out
+    assert "2 clusters: 2 read wholly\n" in out, out
+
+    j = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "--context", "ukce-admin",
+              "-n", NS, "-o", "json")
+    assert j.returncode == 1, j.stderr
+    report = json.loads(j.stdout)
+    clusters = {c["context"]: c for c in report["clusters"]}
+    assert set(clusters) == {"ukce", "frkq"}
+    assert clusters["ukce"]["alsoContexts"] == ["ukce-admin"] and clusters["ukce"]["status"] == "ok"
+    assert clusters["frkq"]["error"] is None and clusters["frkq"]["summary"]["deny"] == 0
+    assert clusters["ukce"]["summary"]["objects"] + clusters["frkq"]["summary"]["objects"] == \
+        report["summary"]["objects"]
+    assert {r["source"] for r in report["results"]} == {"cluster:ukce", "cluster:frkq"}
+    (repo,) = [i for i in report["images"] if i["repository"] == REPO]
+    running = {(x["digest"] or x["tag"], x["seen"]): x for x in repo["running"]}
+    assert running[(STALE, "spec")]["code"] == "digest_not_promoted"
+    assert running[(STALE, "spec")]["clusters"] == ["ukce"]
+    assert running[(STALE, "node")]["clusters"] == ["ukce"]
+    assert running[(PROMOTED, "spec")]["clusters"] == ["frkq"]
+    (tagged,) = [x for x in report["results"] if x["name"] == "ovms-tagged"]
+    assert tagged["images"][0]["resolved"] == INCIDENT_IMAGE
+
+
+def test_all_contexts_of_two_kubeconfig_files_merged(fleet, tmp_path):
+    first = kubeconfig(tmp_path / "ukce", {"ukce": fleet["ukce"]})
+    second = kubeconfig(tmp_path / "frkq", {"frkq": fleet["frkq"]})
+    r = audit("--all-contexts", "-n", NS, "-o", "json", kubeconfig_env=f"{first}:{second}")
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert [c["context"] for c in report["clusters"]] == ["ukce", "frkq"]
+    assert all(c["status"] == "ok" for c in report["clusters"])
+    # Several contexts read every namespace unless -n says otherwise.
+    elsewhere = incident_runtime("fleet-elsewhere")
+    fleet["frkq"].namespace("fleet-elsewhere")
+    fleet["frkq"].apply(elsewhere)
+    everywhere = audit("--all-contexts", "--kinds", "ServingRuntime", "-o", "json",
+                       kubeconfig_env=f"{first}:{second}")
+    names = {(r["source"], r["namespace"]) for r in json.loads(everywhere.stdout)["results"]}
+    assert {("cluster:frkq", NS), ("cluster:frkq", "fleet-elsewhere"), ("cluster:ukce", NS)} <= names, names
+
+
+def test_a_cluster_that_cannot_be_read_is_exit_2_and_the_other_still_reported(fleet, merged):
+    fleet["frkq"].stop_apiserver()
+    try:
+        r = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS, "-o", "json")
+    finally:
+        fleet["frkq"].start_apiserver()
+    assert r.returncode == 2, r.stderr
+    report = json.loads(r.stdout)
+    clusters = {c["context"]: c for c in report["clusters"]}
+    assert clusters["frkq"]["status"] == "unreachable", clusters["frkq"]
+    assert "cannot reach the cluster" in clusters["frkq"]["error"]
+    assert clusters["ukce"]["status"] == "ok"
+    assert any(e.startswith(f'cluster "frkq" ({fleet["frkq"].url}) not read (unreachable): ')
+               for e in report["errors"]), report["errors"]
+    assert {r["source"] for r in report["results"]} == {"cluster:ukce"}
+    assert report["summary"]["rewrite"] >= 1
+
+    late = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS,
+                 "--cluster-deadline", "1ms")
+    assert late.returncode == 2, late.stdout
+    assert "deadline: not read within --cluster-deadline 1ms" in late.stdout, late.stdout
+    assert "2 clusters: 0 read wholly, 2 not: ukce, frkq\n" in late.stdout, late.stdout
+
+
+def test_policy_reports_are_written_into_each_cluster(fleet, merged):
+    r = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS, "--policy-reports")
+    assert r.returncode == 1, r.stderr + r.stdout
+    assert "ukce: policy reports: 1 created" in r.stdout and "frkq: policy reports: 1 created" in r.stdout, r.stdout
+    summaries = {}
+    for name, cp in fleet.items():
+        report = json.loads(cp.kubectl("get", "policyreport", "digest-gate", "-n", NS, "-o", "json").stdout)
+        summaries[name] = report["summary"]
+        assert {x["resources"][0]["name"] for x in report.get("results", [])} <= {"ovms", "ovms-tagged"}
+    assert summaries["ukce"]["fail"] >= 1 and summaries["frkq"]["fail"] == 0, summaries
+    again = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS,
+                  "--policy-reports")
+    assert "ukce: policy reports: 0 created, 0 updated, 1 unchanged" in again.stdout, again.stdout
+
+
+def test_progress_is_drawn_per_cluster_on_a_terminal_only(fleet, merged, tmp_path):
+    argv = [str(binary()), "audit", "--allowlist", str(ALLOWLIST), "--kubeconfig", str(merged),
+            "--context", "ukce", "--context", "frkq", "-n", NS, "-o", "json"]
+    shown = {}
+    for quiet in (False, True):
+        command = f"{shlex.join(argv + (['--quiet'] if quiet else []))} > {shlex.quote(str(tmp_path / 'out.json'))}"
+        tty = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True,
+                             timeout=120, env=ENV)
+        assert tty.returncode == 1, tty.stdout[-2000:]
+        assert json.loads((tmp_path / "out.json").read_text())["summary"]["objects"] >= 4
+        shown[quiet] = tty.stdout
+    assert "ukce: " in shown[False] and "objects read and judged" in shown[False], shown[False][-2000:]
+    assert "objects read and judged" not in shown[True], shown[True][-2000:]
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=ENV)
+    assert piped.returncode == 1 and "objects read and judged" not in piped.stderr, piped.stderr
+
+
+def test_check_shows_progress_on_big_inputs(tmp_path):
+    big = tmp_path / "pods.yaml"
+    big.write_text("".join(f"---\n{json.dumps(pod(f'p{i}', PROMOTED_IMAGE))}\n" for i in range(3000)))
+    argv = [str(binary()), "check", "--allowlist", str(ALLOWLIST), "-f", str(big), "-o", "json"]
+    shown = {}
+    for quiet in (False, True):
+        command = f"{shlex.join(argv + (['--quiet'] if quiet else []))} > {shlex.quote(str(tmp_path / 'out.json'))}"
+        tty = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True,
+                             timeout=120, env=ENV)
+        assert tty.returncode == 0, tty.stdout[-2000:]
+        shown[quiet] = tty.stdout
+    assert "objects judged, reading" in shown[False], shown[False][-2000:]
+    assert "objects judged" not in shown[True], shown[True][-2000:]
+
+
+def test_preflight_reads_each_cluster_and_refuses_one_plan_for_several(fleet, merged):
+    both = ["preflight", "--allowlist", str(ALLOWLIST), "--kubeconfig", str(merged),
+            "--context", "ukce", "--context", "frkq"]
+    one = subprocess.run([str(binary()), *both, "--installplan", "ns/plan"], capture_output=True, text=True,
+                         timeout=60, env=ENV)
+    assert one.returncode == 2 and "one --installplan cannot name a plan on several clusters" in one.stderr
+    r = subprocess.run([str(binary()), *both, "--all-pending", "-o", "json"], capture_output=True, text=True,
+                       timeout=120, env=ENV)
+    report = json.loads(r.stdout)
+    assert [c["context"] for c in report["clusters"]] == ["ukce", "frkq"], report
+    # The same answer each cluster alone gives.
+    for c in report["clusters"]:
+        alone = subprocess.run([str(binary()), *both[:5], "--context", c["context"], "--all-pending", "-o", "json"],
+                               capture_output=True, text=True, timeout=120, env=ENV)
+        assert c["preflight"]["summary"] == json.loads(alone.stdout)["summary"], c
+
+
+def test_the_background_audit_exports_which_digests_its_pods_run(fleet, tmp_path):
+    from test_cluster_faults import lease_for
+    other = fleet["frkq"]
+    serve, admin = serve_dev(other, tmp_path, "--mode", "audit", "--allowlist", str(ALLOWLIST),
+                             "--audit-interval", "1h", "--audit-lease", lease_for(other, "fleet-images"),
+                             "--audit-namespace-selector", SELECTOR)
+    try:
+        metric = "digest_gate_audit_images"
+        wait_until("the audit's images", lambda: admin_metric(admin, metric) >= 1, 90)
+        assert admin_metric(admin, metric, repository=REPO, digest=PROMOTED, verdict="allow") == 1
+        assert admin_metric(admin, metric) == 1
+        # Promoted on one, stale on the other: per cluster, the series a
+        # fleet's Prometheus sums over its cluster label.
+        other.apply(pod("ovms-stale", INCIDENT_IMAGE))
+        serve.stop()
+        serve, admin = serve_dev(other, tmp_path / "again", "--mode", "audit", "--allowlist", str(ALLOWLIST),
+                                 "--audit-interval", "1h", "--audit-lease", lease_for(other, "fleet-images-2"),
+                                 "--audit-namespace-selector", SELECTOR)
+        wait_until("both digests", lambda: admin_metric(admin, metric) >= 2, 90)
+        assert admin_metric(admin, metric, repository=REPO, digest=STALE, verdict="rewrite") == 1
+    finally:
+        serve.stop()
+        other.kubectl("delete", "pod", "ovms-stale", "-n", NS, "--ignore-not-found", "--wait=false")
