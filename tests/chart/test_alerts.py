@@ -33,7 +33,11 @@ FOREIGN = {"up", "kube_deployment_status_replicas_available"}
 # and their labels: tests/e2e/test_audit.py reads them there by these labels.
 # (An empty family is not exposed at all.)
 AUDITED = {"digest_gate_audit_findings": {"kind", "verdict"},
-           "digest_gate_pending_upgrade_findings": {"plan_namespace", "package", "reason"}}
+           "digest_gate_pending_upgrade_findings": {"plan_namespace", "package", "reason"},
+           "digest_gate_audit_images": {"repository", "digest", "verdict"}}
+# The dashboard's variable naming the label a fleet's Prometheus puts on each
+# cluster's series (federation, Thanos): the user's, not the binary's.
+USER_LABELS = {"$cluster_label"}
 RULE_VALUES = {"metrics": {"serviceMonitor": {"enabled": True},
                            "prometheusRule": {"enabled": True, "allowlistMaxAgeHours": 24, "kubeStateMetrics": True}},
                "allowlist": {"verifyRegistry": {"enabled": True},
@@ -130,7 +134,7 @@ def check_query(expr: str, samples: list[tuple[str, dict, float]], where: str) -
     label values it matches on, and every label it groups by is on one of
     its series; returns the metric names it reads."""
     names = set()
-    carried = set(TARGET) | {"le"}
+    carried = set(TARGET) | {"le"} | USER_LABELS
     for m in SELECTOR.finditer(expr):
         name = m[1] or m[3]
         if name in ("by", "on", "without", "ignoring") or (m[1] and name.startswith("__")):
@@ -194,7 +198,7 @@ def test_rules_and_dashboard_read_only_metrics_and_labels_the_binary_exposes(scr
                      "digest_gate_certificate_expiry_timestamp_seconds", "digest_gate_promoted_images",
                      "digest_gate_registry_verification_errors_total",
                      "digest_gate_registry_verification_duration_seconds_sum",
-                     "digest_gate_pending_upgrade_findings"}, shown
+                     "digest_gate_pending_upgrade_findings", "digest_gate_audit_images"}, shown
     # Panels do not overlap on Grafana's 24-column grid.
     cells = set()
     for panel in dashboard["panels"]:
