@@ -228,10 +228,15 @@ impl Table {
         for (repository, rows) in &shown {
             let _ = writeln!(out, "  {repository}");
             let width = rows.values().map(|r| words(r.reason).len()).max().unwrap_or(0);
+            let wide = rows
+                .keys()
+                .map(|(v, _)| v.suffix(false).chars().count())
+                .max()
+                .unwrap_or(0);
             for ((version, _), row) in rows.iter() {
                 let _ = writeln!(
                     out,
-                    "    {:<width$}  {}  {}",
+                    "    {:<width$}  {:<wide$}  {}",
                     words(row.reason),
                     version.suffix(false),
                     self.names(&row.clusters)

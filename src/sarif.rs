@@ -269,8 +269,17 @@ fn registry_result(
         "level": level,
         "message": {"text": message},
         "locations": [location(object, image)],
-        "properties": {"image": image.image, "reference": registry.reference},
+        "properties": properties(object, json!({"image": image.image, "reference": registry.reference})),
     }))
+}
+
+/// A result's properties, and the cluster its object was read from (it
+/// has no file to point into): `audit` over several clusters names each.
+fn properties(object: &ObjectReport, mut properties: Value) -> Value {
+    if let Some(context) = object.source.strip_prefix("cluster:") {
+        properties["cluster"] = json!(context);
+    }
+    properties
 }
 
 /// The result for one image, or `None` when it needs no change.
@@ -295,7 +304,7 @@ fn result(object: &ObjectReport, image: &ImageReport, rules: &[Reason]) -> Optio
     if let Some(to) = &image.rewrite {
         properties["rewrite"] = json!(to);
     }
-    result["properties"] = properties;
+    result["properties"] = self::properties(object, properties);
     Some(result)
 }
 

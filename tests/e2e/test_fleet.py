@@ -16,7 +16,7 @@ import pytest
 
 from cluster import ROOT, ControlPlane, admin_metric, binaries, free_port, serve_dev, wait_until
 from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, PROMOTED_TAG, incident_runtime
-from support import binary
+from support import binary, docs_sample
 
 ALLOWLIST = ROOT / "examples" / "allowlist.yaml"
 NS = "fleet-models"
@@ -204,6 +204,16 @@ def test_policy_reports_are_written_into_each_cluster(fleet, merged):
     assert "ukce: policy reports: 0 created, 0 updated, 1 unchanged" in again.stdout, again.stdout
 
 
+def test_sarif_names_each_results_cluster_and_carries_the_fleet(fleet, merged):
+    r = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS, "-o", "sarif")
+    assert r.returncode == 1, r.stderr
+    (run,) = json.loads(r.stdout)["runs"]
+    # Cluster objects have no file to point into: each result names its cluster.
+    assert run["results"] and {x["properties"]["cluster"] for x in run["results"]} == {"ukce"}, run["results"]
+    assert [c["context"] for c in run["properties"]["clusters"]] == ["ukce", "frkq"]
+    assert any(i["repository"] == REPO for i in run["properties"]["images"])
+
+
 def test_progress_is_drawn_per_cluster_on_a_terminal_only(fleet, merged, tmp_path):
     argv = [str(binary()), "audit", "--allowlist", str(ALLOWLIST), "--kubeconfig", str(merged),
             "--context", "ukce", "--context", "frkq", "-n", NS, "-o", "json"]
@@ -276,3 +286,15 @@ def test_the_background_audit_exports_which_digests_its_pods_run(fleet, tmp_path
     finally:
         serve.stop()
         other.kubectl("delete", "pod", "ovms-stale", "-n", NS, "--ignore-not-found", "--wait=false")
+
+
+def test_the_readme_fleet_sample_says_what_it_prints(fleet, merged, tmp_path):
+    from test_docs import Reader
+    # The contexts the samples name are the ones this module's kubeconfig has.
+    for sample in ("readme-fleet", "audit-fleet-json"):
+        (step,) = docs_sample(sample)
+        assert "--context ukce --context frkq" in step.command, step.command
+    reader = Reader(fleet["ukce"], tmp_path)
+    reader.env["KUBECONFIG"] = str(merged)
+    reader.run("readme-fleet", fill={"-n models": f"-n {NS}"})
+    reader.run("audit-fleet-json", fill={"-n models": f"-n {NS}"})
