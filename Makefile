@@ -5,7 +5,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools skopeo container-tools image image-push image-test tools promtool build fetch release clean bench bench-container bench-load bench-instructions bench-audit bench-check bench-dump soak fuzz
+.PHONY: test e2e fmt-check clippy unit chart-test registry-test registry-tools skopeo container-tools image image-push image-test tools promtool build fetch release clean bench bench-container bench-load bench-instructions bench-audit bench-fleet bench-check bench-dump soak fuzz
 
 test: fmt-check clippy unit chart-test registry-test image-test
 
@@ -139,6 +139,13 @@ bench-audit: $(VENV)/.installed tools
 		--sizes $(SIZE) $(if $(BASELINE),--baseline $(BASELINE))
 	mkdir -p bench/results
 	cp target/bench-audit/report.md bench/results/audit.md
+
+# audit over 2 and 4 clusters against the single-cluster runs (BENCHMARKS.md).
+bench-fleet: $(VENV)/.installed tools
+	DIGEST_GATE_E2E_BIN="$$(sh tests/e2e/control-plane.sh)" $(VENV)/bin/python bench/audit_fleet.py \
+		$(if $(SIZE),--size $(SIZE))
+	mkdir -p bench/results
+	cp target/bench-fleet/report.md bench/results/audit-fleet.md
 
 # The image's size, and its start to ready as a container (runc, the chart's
 # securityContext) against the release binary on the host; see BENCHMARKS.md.

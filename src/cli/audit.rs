@@ -189,18 +189,31 @@ fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::
     let args = run.args;
     let progress = super::progress::cluster_objects(args.quiet);
     let result = runtime.block_on(async {
-        let connection = audit::Connection::open(&args.clusters.settings()).await?;
-        let target = run.target(scope(args, &connection));
-        let found = run
-            .cluster(&connection, None, &target, Some(&mut writer), &progress)
-            .await?;
-        Ok::<_, Failed>((connection, found))
+        let read = async {
+            let connection = audit::Connection::open(&args.clusters.settings()).await?;
+            let target = run.target(scope(args, &connection));
+            let found = run
+                .cluster(&connection, None, &target, Some(&mut writer), &progress)
+                .await?;
+            Ok::<_, Failed>((connection, found))
+        };
+        match args.clusters.deadline() {
+            Some(d) => tokio::time::timeout(d, read).await.map_err(|_| d),
+            None => Ok(read.await),
+        }
     });
     progress.finish_and_clear();
     let (connection, mut found) = match result {
-        Ok(r) => r,
-        Err(e) => {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
             eprintln!("error: {}", e.message);
+            return 2;
+        }
+        // What was written out stands; the document still ends, with why.
+        Err(deadline) => {
+            let mut report = report::Report::default();
+            report.errors.push(past_deadline(deadline));
+            let _ = writer.finish(&mut report, None);
             return 2;
         }
     };
@@ -308,6 +321,14 @@ pub(super) fn shared(run: &Run<'_>) -> Result<Option<allowlist::Loaded>, String>
         .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
     judged_by(&run.policy, &loaded.allowlist)?;
     Ok(Some(loaded))
+}
+
+/// Why a cluster read past `--cluster-deadline` is not reported whole.
+pub(super) fn past_deadline(deadline: std::time::Duration) -> String {
+    format!(
+        "not read within --cluster-deadline {}",
+        humantime::format_duration(deadline)
+    )
 }
 
 /// What an audit read, and from where.

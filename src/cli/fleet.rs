@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::audit::{AuditArgs, Failed, Run, prepared, read_note, scope, shared};
+use super::audit::{AuditArgs, Failed, Run, past_deadline, prepared, read_note, scope, shared};
 use super::progress;
 use crate::audit;
 use crate::fleet::{self, Status};
@@ -105,13 +105,7 @@ async fn one(
     let (result, late) = match deadline {
         Some(d) => match tokio::time::timeout(d, read).await {
             Ok(r) => (r, false),
-            Err(_) => (
-                Err(Failed::from(format!(
-                    "not read within --cluster-deadline {}: nothing of it is reported",
-                    humantime::format_duration(d)
-                ))),
-                true,
-            ),
+            Err(_) => (Err(Failed::from(past_deadline(d))), true),
         },
         None => (read.await, false),
     };

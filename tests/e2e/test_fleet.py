@@ -185,8 +185,14 @@ def test_a_cluster_that_cannot_be_read_is_exit_2_and_the_other_still_reported(fl
     late = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS,
                  "--cluster-deadline", "1ms")
     assert late.returncode == 2, late.stdout
-    assert "deadline: not read within --cluster-deadline 1ms" in late.stdout, late.stdout
+    assert 'cluster "frkq" (' in late.stdout and "): deadline: not read within --cluster-deadline 1ms\n" in late.stdout, \
+        late.stdout
     assert "2 clusters: 0 read wholly, 2 not: ukce, frkq\n" in late.stdout, late.stdout
+    # One context with a deadline: the document still ends, with why.
+    alone = audit("--kubeconfig", str(merged), "--context", "ukce", "-n", NS, "--cluster-deadline", "1ms",
+                  "-o", "json")
+    assert alone.returncode == 2, alone.stdout
+    assert json.loads(alone.stdout)["errors"] == ["not read within --cluster-deadline 1ms"]
 
 
 def test_policy_reports_are_written_into_each_cluster(fleet, merged):
