@@ -154,6 +154,19 @@ impl Table {
         }
     }
 
+    /// Adds what `one` (a table of one cluster) holds as the `at`th
+    /// cluster's: a cluster's table is kept apart while it is read, and
+    /// joins the fleet's only if its report does.
+    pub fn merge(&mut self, at: usize, one: Table) {
+        for (repository, rows) in one.repositories {
+            for ((version, seen), row) in rows {
+                let into = self.row(repository.clone(), version, seen);
+                into.reason = into.reason.or(row.reason);
+                into.clusters.insert(at);
+            }
+        }
+    }
+
     fn row(&mut self, repository: String, version: Version, seen: Seen) -> &mut Row {
         self.repositories
             .entry(repository)

@@ -913,4 +913,33 @@ mod tests {
         assert_eq!(kind_label("x".repeat(1000).as_str()), "other");
         assert_eq!(operation_label("PATCH"), "other");
     }
+
+    #[test]
+    fn an_image_no_longer_found_loses_its_series_and_a_follower_has_none() {
+        let m = Metrics::new();
+        let series = |digest: &str, n| {
+            (
+                fleet::Series {
+                    repository: "quay.io/x/y".into(),
+                    digest: digest.into(),
+                    verdict: Verdict::Allow,
+                },
+                n,
+            )
+        };
+        m.audit.images(&[series("sha256:aa", 2), series("sha256:bb", 1)]);
+        let first = m.encode();
+        assert!(first.contains(
+            "digest_gate_audit_images{repository=\"quay.io/x/y\",digest=\"sha256:aa\",verdict=\"allow\"} 2"
+        ));
+        m.audit.images(&[series("sha256:bb", 3)]);
+        let second = m.encode();
+        assert!(!second.contains("sha256:aa"), "{second}");
+        assert!(
+            second.contains("digest=\"sha256:bb\",verdict=\"allow\"} 3"),
+            "{second}"
+        );
+        m.audit.leader(false);
+        assert!(!m.encode().contains("digest_gate_audit_images{"));
+    }
 }

@@ -39,6 +39,37 @@ pub struct Extra {
     pub json: serde_json::Map<String, Value>,
 }
 
+/// What sees each object a [`Writer`] writes.
+type Observer<'w> = Box<dyn FnMut(&ObjectReport) + 'w>;
+
+/// Makes writers of a document's parts ([`Writer::fragments`]): each
+/// writes the objects only, into an unlinked temporary file, e.g. one
+/// cluster's part of a fleet's report, written as it is read while other
+/// clusters are, and added whole by [`Writer::append`] in its turn. Memory
+/// holds one object at a time.
+#[derive(Debug, Clone, Copy)]
+pub struct Fragments {
+    format: Format,
+    clusters: bool,
+}
+
+impl Fragments {
+    /// A new part; its file is made now (a file descriptor or two held
+    /// until it is appended).
+    pub fn writer(self) -> io::Result<Writer<'static>> {
+        let file = temporary()?;
+        let back = file.try_clone()?;
+        let mut part = match self.format {
+            // SARIF's results go to its spill, a file of its own.
+            Format::Sarif => Writer::new(self.format, io::sink())?,
+            _ => Writer::new(self.format, file)?,
+        };
+        part.clusters = self.clusters;
+        part.part = Some(back);
+        Ok(part)
+    }
+}
+
 /// SARIF results on their way: the policy results spilled to a file, the
 /// registry's (few: only with `--registry`, only what it cannot serve)
 /// kept to follow them.
@@ -61,6 +92,11 @@ pub struct Writer<'w> {
     /// Text lines start with the cluster an object was read from: a run
     /// over several ([`Writer::naming_clusters`]).
     clusters: bool,
+    /// A part of a document ([`Writer::fragment`]): its file, read back
+    /// when [`Writer::append`] adds it to the whole.
+    part: Option<File>,
+    /// Sees each object as it is written ([`Writer::observing`]).
+    observe: Option<Observer<'w>>,
 }
 
 impl<'w> Writer<'w> {
@@ -81,6 +117,8 @@ impl<'w> Writer<'w> {
             spill,
             failed: None,
             clusters: false,
+            part: None,
+            observe: None,
         })
     }
 
@@ -95,6 +133,8 @@ impl<'w> Writer<'w> {
             spill: None,
             failed: None,
             clusters: false,
+            part: None,
+            observe: None,
         }
     }
 
@@ -105,11 +145,79 @@ impl<'w> Writer<'w> {
         self
     }
 
+    /// What makes the parts of this writer's document: see [`Fragments`].
+    pub fn fragments(&self) -> Fragments {
+        Fragments {
+            format: self.format,
+            clusters: self.clusters,
+        }
+    }
+
+    /// `observe` sees each object as it is written.
+    pub fn observing(mut self, observe: impl FnMut(&ObjectReport) + 'w) -> Self {
+        self.observe = Some(Box::new(observe));
+        self
+    }
+
+    /// Adds a [`Writer::fragment`]'s objects after those written so far.
+    /// A failure to write ends the writing, as a closed pipe does
+    /// ([`Writer::finish`] returns it).
+    pub fn append(&mut self, part: Writer<'_>) {
+        if self.failed.is_none()
+            && let Err(e) = self.copy(part)
+        {
+            self.failed = Some(e);
+        }
+    }
+
+    fn copy(&mut self, mut part: Writer<'_>) -> io::Result<()> {
+        if let Some(e) = part.failed.take() {
+            return Err(e);
+        }
+        let (written, mut file) = match part.spill.take() {
+            Some(spill) => {
+                let file = spill.file.into_inner().map_err(io::IntoInnerError::into_error)?;
+                let own = self.spill.as_mut().expect("a SARIF writer has its spill");
+                own.registry.extend(spill.registry);
+                (part.written, file)
+            }
+            None => {
+                if let Some(mut out) = part.out.take() {
+                    out.flush()?;
+                }
+                (part.written, part.part.take().expect("a fragment keeps its file"))
+            }
+        };
+        file.rewind()?;
+        let text = matches!(self.format, Format::Text { .. });
+        if written == 0 && !text {
+            return Ok(());
+        }
+        let separator = match (self.written, self.format) {
+            (_, Format::Text { .. }) => "",
+            (0, Format::Json) => "{\n  \"results\": [\n",
+            (0, _) => "",
+            _ => ",\n",
+        };
+        self.written += written;
+        let sink: &mut dyn Write = match (&mut self.spill, &mut self.out) {
+            (Some(spill), _) => &mut spill.file,
+            (None, Some(out)) => out,
+            (None, None) => return Ok(()),
+        };
+        sink.write_all(separator.as_bytes())?;
+        io::copy(&mut file, sink)?;
+        Ok(())
+    }
+
     /// Writes the objects `report` holds and takes them out of it: what
     /// a run calls after each object it may no longer take back.
     pub fn flush(&mut self, report: &mut Report) {
         let registry = report.summary.registry.is_some();
         for object in report.results.drain(..) {
+            if let Some(observe) = &mut self.observe {
+                observe(&object);
+            }
             self.object(&object, registry);
         }
     }
@@ -128,10 +236,11 @@ impl<'w> Writer<'w> {
                 out.write_all(lines.as_bytes())
             }
             Format::Json => {
-                let at = if self.written == 0 {
-                    "{\n  \"results\": [\n"
-                } else {
-                    ",\n"
+                let at = match self.written {
+                    // A fragment's first object: the whole places it.
+                    0 if self.part.is_some() => "",
+                    0 => "{\n  \"results\": [\n",
+                    _ => ",\n",
                 };
                 self.written += 1;
                 let result = indented(object, 4);
@@ -374,5 +483,44 @@ mod tests {
         assert!(
             text.ends_with("note: a note\n3 objects checked: 1 allowed, 2 to rewrite, 0 denied, 0 skipped\n")
         );
+    }
+
+    #[test]
+    fn fragments_appended_are_the_whole_document() {
+        for format in [Format::Json, Format::Sarif, Format::Text { fixed: false }] {
+            for split in [0, 1, 3] {
+                let whole = report(3);
+                let mut out = Vec::new();
+                let mut w = Writer::new(format, &mut out).unwrap();
+                let seen = std::cell::Cell::new(0);
+                let mut parts = Vec::new();
+                for results in [&whole.results[..split], &[], &whole.results[split..]] {
+                    let mut part = w
+                        .fragments()
+                        .writer()
+                        .unwrap()
+                        .observing(|_| seen.set(seen.get() + 1));
+                    part.flush(&mut Report {
+                        results: results.to_vec(),
+                        ..Report::default()
+                    });
+                    parts.push(part);
+                }
+                for part in parts {
+                    w.append(part);
+                }
+                let mut end = Report {
+                    results: Vec::new(),
+                    ..whole.clone()
+                };
+                w.finish(&mut end, None).unwrap();
+                assert_eq!(seen.get(), 3);
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    render(&whole, format, None),
+                    "{format:?}, split at {split}"
+                );
+            }
+        }
     }
 }

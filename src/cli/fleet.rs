@@ -6,6 +6,8 @@
 //! for the fleet. A cluster not wholly read is an error naming it (exit 2)
 //! and holds no other back.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,6 +25,10 @@ struct Outcome {
     found: Option<audit::Audit>,
     /// What was read and from where.
     note: Option<String>,
+    /// Its objects' part of the report, written as they were read.
+    part: Option<Writer<'static>>,
+    /// Which references it runs.
+    table: Option<fleet::Table>,
 }
 
 /// `audit` over the clusters the contexts name.
@@ -54,19 +60,17 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
     let bars = progress::Fleet::new(args.quiet);
     let deadline = args.clusters.deadline();
     runtime.block_on(async {
+        let parts = writer.fragments();
         let reads = clusters.iter().map(|(context, also)| {
             let bar = bars.cluster(&context.name);
-            one(run, loaded.as_ref(), context, also, deadline, bar)
+            one(run, loaded.as_ref(), (context, also), parts, deadline, bar)
         });
         let mut done = futures::stream::iter(reads).buffered(usize::from(args.clusters.parallel));
         let mut at = 0;
         while let Some(mut outcome) = done.next().await {
-            if let Some(found) = &mut outcome.found {
-                for object in &found.report.results {
-                    table.add(at, object);
-                }
-                // Written now: a run holds at most --parallel clusters' reports.
-                bars.suspend(|| writer.flush(&mut found.report));
+            if let (Some(part), Some(one)) = (outcome.part.take(), outcome.table.take()) {
+                table.merge(at, one);
+                bars.suspend(|| writer.append(part));
             }
             merge(&mut fleet_report, &mut outcome);
             told.push(outcome.cluster);
@@ -78,12 +82,13 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
     report::exit_code(&fleet_report)
 }
 
-/// Reads one cluster within `deadline`.
+/// Reads one cluster within `deadline`, its objects written to `part`
+/// as they are judged, each noted in a table of its own.
 async fn one(
     run: &Run<'_>,
     loaded: Option<&crate::allowlist::Loaded>,
-    context: &audit::Context,
-    also: &[String],
+    (context, also): (&audit::Context, &[String]),
+    parts: crate::output::Fragments,
     deadline: Option<Duration>,
     bar: indicatif::ProgressBar,
 ) -> Outcome {
@@ -95,12 +100,20 @@ async fn one(
         error: None,
         summary: report::Summary::default(),
     };
+    let table = Rc::new(RefCell::new(fleet::Table::new(vec![context.name.clone()])));
     let read = async {
+        let seen = Rc::clone(&table);
+        let mut part = parts
+            .writer()
+            .map_err(|e| Failed::from(format!("cannot write the report: {e}")))?
+            .observing(move |object| seen.borrow_mut().add(0, object));
         let settings = run.args.clusters.connection.settings(Some(context.name.clone()));
         let connection = audit::Connection::open(&settings).await?;
         let target = run.target(scope(run.args, &connection));
-        let found = run.cluster(&connection, loaded, &target, None, &bar).await?;
-        Ok::<_, Failed>((read_note(&connection, &found), found))
+        let found = run
+            .cluster(&connection, loaded, &target, Some(&mut part), &bar)
+            .await?;
+        Ok::<_, Failed>((read_note(&connection, &found), found, part))
     };
     let (result, late) = match deadline {
         Some(d) => match tokio::time::timeout(d, read).await {
@@ -111,7 +124,7 @@ async fn one(
     };
     bar.finish_and_clear();
     match result {
-        Ok((note, found)) => {
+        Ok((note, found, part)) => {
             cluster.status = match (&found.stopped, found.report.errors.is_empty()) {
                 (None, true) => Status::Ok,
                 _ => Status::Partial,
@@ -124,6 +137,8 @@ async fn one(
                 cluster,
                 found: Some(found),
                 note: Some(note),
+                part: Some(part),
+                table: Some(std::mem::take(&mut table.borrow_mut())),
             }
         }
         Err(failed) => {
@@ -138,6 +153,8 @@ async fn one(
                 cluster,
                 found: None,
                 note: None,
+                part: None,
+                table: None,
             }
         }
     }
