@@ -256,13 +256,18 @@ fn read_kubeconfig(path: Option<&std::path::Path>) -> Result<Option<(Kubeconfig,
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Context {
     pub name: String,
+    /// Empty when [`Context::unusable`] says why there is none.
     pub server: String,
+    /// Why the context cannot be used (not in the kubeconfig, its cluster
+    /// names no server): a fleet run reports it and reads the others.
+    pub unusable: Option<String>,
 }
 
 /// The contexts `named` (in that order, each once) or, with `all`, every
 /// context of the kubeconfig (`--kubeconfig`, else `$KUBECONFIG`'s files
 /// merged as kubectl merges them, else `~/.kube/config`), each with its
-/// cluster's server.
+/// cluster's server or why it has none. `Err`: no kubeconfig, or no
+/// context in it.
 pub fn contexts(
     kubeconfig: Option<&std::path::Path>,
     named: &[String],
@@ -275,13 +280,10 @@ pub fn contexts(
                 "several contexts need a kubeconfig: none at $KUBECONFIG or ~/.kube/config".into(),
             )
         })?;
-    let server_of = |name: &str| -> Result<String, AuditError> {
+    let server_of = |name: &str| -> Result<String, String> {
         let context = config.contexts.iter().find(|c| c.name == name).ok_or_else(|| {
             let known: Vec<&str> = config.contexts.iter().map(|c| c.name.as_str()).collect();
-            AuditError::Config(format!(
-                "{from}: no context \"{name}\" (contexts: {})",
-                known.join(", ")
-            ))
+            format!("{from}: no context \"{name}\" (contexts: {})", known.join(", "))
         })?;
         let cluster = context
             .context
@@ -295,9 +297,7 @@ pub fn contexts(
             .and_then(|c| c.cluster.as_ref()?.server.clone())
             .map(|server| server.trim_end_matches('/').to_owned())
             .ok_or_else(|| {
-                AuditError::Config(format!(
-                    "{from}: context \"{name}\" names cluster \"{cluster}\", which has no server"
-                ))
+                format!("{from}: context \"{name}\" names cluster \"{cluster}\", which has no server")
             })
     };
     let names: Vec<&str> = if all {
@@ -311,9 +311,14 @@ pub fn contexts(
     let mut found: Vec<Context> = Vec::new();
     for name in names {
         if !found.iter().any(|c| c.name == name) {
+            let (server, unusable) = match server_of(name) {
+                Ok(server) => (server, None),
+                Err(why) => (String::new(), Some(why)),
+            };
             found.push(Context {
                 name: name.to_owned(),
-                server: server_of(name)?,
+                server,
+                unusable,
             });
         }
     }

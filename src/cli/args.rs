@@ -240,7 +240,11 @@ impl ContextArgs {
         let kubeconfig = self.connection.cluster.kubeconfig.as_deref();
         let mut clusters: Vec<(audit::Context, Vec<String>)> = Vec::new();
         for context in audit::contexts(kubeconfig, &self.contexts, self.all_contexts)? {
-            match clusters.iter_mut().find(|(c, _)| c.server == context.server) {
+            let same = |c: &audit::Context| c.unusable.is_none() && c.server == context.server;
+            match clusters
+                .iter_mut()
+                .find(|(c, _)| context.unusable.is_none() && same(c))
+            {
                 Some((_, also)) => also.push(context.name),
                 None => clusters.push((context, Vec::new())),
             }

@@ -1,10 +1,11 @@
 //! `audit` over several clusters (`--context a --context b`,
 //! `--all-contexts`): each read concurrently, at most `--parallel` at once
-//! and each within `--cluster-deadline`; their reports written in the
-//! order named as each is done, every line naming its cluster; then which
-//! cluster runs which digest ([`fleet::Table`]), a summary per cluster and
-//! for the fleet. A cluster not wholly read is an error naming it (exit 2)
-//! and holds no other back.
+//! and each within `--cluster-deadline`; each cluster's objects written
+//! to its part of the report as they are judged, the parts appended in the
+//! order named, every line naming its cluster; then which cluster runs
+//! which digest ([`fleet::Table`]), a summary per cluster and for the
+//! fleet. A cluster not wholly read is an error naming it (exit 2) and
+//! holds no other back.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -102,6 +103,9 @@ async fn one(
     };
     let table = Rc::new(RefCell::new(fleet::Table::new(vec![context.name.clone()])));
     let read = async {
+        if let Some(why) = &context.unusable {
+            return Err(Failed::from(audit::AuditError::Config(why.clone())));
+        }
         let seen = Rc::clone(&table);
         let mut part = parts
             .writer()

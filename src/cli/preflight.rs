@@ -6,6 +6,7 @@ use super::args::{ContextArgs, Output, PolicyArgs};
 use super::{client_runtime, print_out};
 use crate::allowlist;
 use crate::audit;
+use crate::fleet::Status;
 use crate::preflight::catalog::CatalogTarget;
 use crate::preflight::files::FileTarget;
 use crate::preflight::{self, Plans, render};
@@ -246,6 +247,10 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
     render::exit_code(&found)
 }
 
+/// One cluster's pre-flight: its context and server, and the judgement or
+/// why there is none.
+type Judged = (String, String, Result<preflight::Preflight, (Status, String)>);
+
 /// The pre-flight of every cluster the contexts name, concurrently: each
 /// cluster's report under its name (text), in `clusters[]` (JSON), or as a
 /// SARIF run of its own; the worst exit code, 2 for a cluster not read.
@@ -265,22 +270,22 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
     };
     let deadline = args.clusters.deadline().unwrap_or(super::args::CLUSTER_DEADLINE);
     let now = std::time::SystemTime::now();
-    let done: Vec<(String, String, Result<preflight::Preflight, String>)> = runtime.block_on(async {
+    let done: Vec<Judged> = runtime.block_on(async {
         use futures::StreamExt;
         let reads = clusters.iter().map(|(context, _)| async move {
             let settings = args.clusters.connection.settings(Some(context.name.clone()));
             let read = async {
+                if let Some(why) = &context.unusable {
+                    return Err((Status::Config, why.clone()));
+                }
                 let connection = audit::Connection::open(&settings)
                     .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(preflight::run(&connection, inputs).await)
+                    .map_err(|e| (Status::Config, e.to_string()))?;
+                Ok(preflight::run(&connection, inputs).await)
             };
-            let found = tokio::time::timeout(deadline, read).await.unwrap_or_else(|_| {
-                Err(format!(
-                    "not read within --cluster-deadline {}",
-                    humantime::format_duration(deadline)
-                ))
-            });
+            let found = tokio::time::timeout(deadline, read)
+                .await
+                .unwrap_or_else(|_| Err((Status::Deadline, super::audit::past_deadline(deadline))));
             (context.name.clone(), context.server.clone(), found)
         });
         futures::stream::iter(reads)
@@ -309,7 +314,7 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
 /// JSON `clusters[]` and the SARIF log with a run per cluster.
 #[allow(clippy::type_complexity)]
 fn each_told(
-    done: &[(String, String, Result<preflight::Preflight, String>)],
+    done: &[Judged],
     now: std::time::SystemTime,
 ) -> (u8, String, Vec<serde_json::Value>, serde_json::Value) {
     let mut code = 0;
@@ -338,16 +343,22 @@ fn each_told(
                 if log.is_null() {
                     log = sarif;
                 }
-                let ok = if found.complete() { "ok" } else { "partial" };
+                let ok = if found.complete() {
+                    Status::Ok
+                } else {
+                    Status::Partial
+                };
                 told.push(
                     serde_json::json!({"context": context, "server": server, "status": ok,
                     "error": null, "preflight": report}),
                 );
                 continue;
             }
-            Err(e) => ("unreachable", e),
+            Err((status, e)) => (*status, e),
         };
         code = 2;
+        // Said on standard error too: a SARIF log has no run for it.
+        eprintln!("error: cluster \"{context}\" ({server}) not read ({status}): {error}");
         text.push_str(&format!(
             "== cluster \"{context}\" ({server}) ==\nerror: not read: {error}\n"
         ));

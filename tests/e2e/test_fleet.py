@@ -182,6 +182,13 @@ def test_a_cluster_that_cannot_be_read_is_exit_2_and_the_other_still_reported(fl
     assert {r["source"] for r in report["results"]} == {"cluster:ukce"}
     assert report["summary"]["rewrite"] >= 1
 
+    # A context the kubeconfig does not have is one cluster not read, not the end of the run.
+    typo = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "ukec", "-n", NS, "-o", "json")
+    assert typo.returncode == 2, typo.stderr
+    clusters = {c["context"]: c for c in json.loads(typo.stdout)["clusters"]}
+    assert clusters["ukec"]["status"] == "config" and 'no context "ukec"' in clusters["ukec"]["error"]
+    assert clusters["ukce"]["status"] == "ok"
+
     late = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS,
                  "--cluster-deadline", "1ms")
     assert late.returncode == 2, late.stdout
@@ -263,6 +270,10 @@ def test_preflight_reads_each_cluster_and_refuses_one_plan_for_several(fleet, me
     one = subprocess.run([str(binary()), *both, "--installplan", "ns/plan"], capture_output=True, text=True,
                          timeout=60, env=ENV)
     assert one.returncode == 2 and "one --installplan cannot name a plan on several clusters" in one.stderr
+    typo = subprocess.run([str(binary()), *both, "--context", "ukec", "--all-pending", "-o", "json"],
+                          capture_output=True, text=True, timeout=120, env=ENV)
+    assert typo.returncode == 2 and 'cluster "ukec" () not read (config)' in typo.stderr, typo.stderr
+    assert [c["status"] for c in json.loads(typo.stdout)["clusters"]][-1] == "config"
     r = subprocess.run([str(binary()), *both, "--all-pending", "-o", "json"], capture_output=True, text=True,
                        timeout=120, env=ENV)
     report = json.loads(r.stdout)
