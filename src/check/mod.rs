@@ -72,9 +72,19 @@ pub enum Pass {
 /// the next is read, for what `pass` is for. Each object's report goes to
 /// `out` once it cannot be taken back (a file found in a directory may turn
 /// out to be a template, skipped whole); without `out` the report keeps
-/// them all. `progress` counts the objects judged, with the file being
-/// read as its message.
+/// them all.
 pub fn check(
+    sources: &Sources,
+    rules: judge::Rules<'_>,
+    pass: Pass,
+    out: Option<&mut Writer<'_>>,
+) -> Checked {
+    check_showing(sources, rules, pass, out, &indicatif::ProgressBar::hidden())
+}
+
+/// [`check`], `progress` counting the objects judged, with the file being
+/// read as its message.
+pub fn check_showing(
     sources: &Sources,
     rules: judge::Rules<'_>,
     pass: Pass,
@@ -388,7 +398,6 @@ mod tests {
             },
             if fix { Pass::Fix } else { Pass::Judge },
             None,
-            &indicatif::ProgressBar::hidden(),
         )
     }
 

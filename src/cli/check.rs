@@ -138,22 +138,22 @@ fn checked(
         published: None,
     };
     if !args.verify.enabled {
-        return Ok(check::check(&sources, rules, judged, Some(out), &progress));
+        return Ok(check::check_showing(
+            &sources,
+            rules,
+            judged,
+            Some(out),
+            &progress,
+        ));
     }
     let sources = sources.buffered().map_err(|e| e.to_string())?;
     let pass = async |round: Round<'_>| {
         Ok(match round {
             // Learning reports nothing.
-            Round::Learn => check::check(
-                &sources,
-                rules,
-                Pass::Learn,
-                None,
-                &indicatif::ProgressBar::hidden(),
-            ),
+            Round::Learn => check::check(&sources, rules, Pass::Learn, None),
             Round::Judge(published) => {
                 let rules = judge::Rules { published, ..rules };
-                check::check(&sources, rules, judged, Some(&mut *out), &progress)
+                check::check_showing(&sources, rules, judged, Some(&mut *out), &progress)
             }
         })
     };
