@@ -47,12 +47,19 @@ def ran(cluster: ControlPlane, name: str, image_id: str):
     assert code == 200, body
 
 
+def established(cluster: ControlPlane, crd: str) -> bool:
+    conditions = ((cluster.get("customresourcedefinition", crd) or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 def prepare(cluster: ControlPlane, image: str):
     for crd in sorted(POLICY_REPORT_CRDS.glob("*.yaml")):
         cluster.kubectl("apply", "-f", str(crd))
     cluster.kubectl("apply", "-f", str(FIXTURES / "crds" / "modelmesh-serving_serving.kserve.io_servingruntimes.yaml"))
     for crd in ("servingruntimes.serving.kserve.io", "policyreports.wgpolicyk8s.io"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        # kubectl 1.20's wait fails, not waits, on a CRD whose status has no
+        # conditions yet (one just created on a fresh apiserver).
+        wait_until(f"CRD {crd} established", lambda crd=crd: established(cluster, crd))
     cluster.namespace(NS, dict([SELECTOR.split("=")]))
     runtime = incident_runtime(NS)
     runtime["spec"]["containers"][0]["image"] = image
