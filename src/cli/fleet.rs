@@ -58,6 +58,7 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
     let mut table = fleet::Table::new(names);
     let mut fleet_report = Report::default();
     let mut told = Vec::new();
+    let mut shared = Shared::new();
     let bars = progress::Fleet::new(args.quiet);
     let deadline = args.clusters.deadline();
     runtime.block_on(async {
@@ -73,11 +74,16 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
                 table.merge(at, one);
                 bars.suspend(|| writer.append(part));
             }
-            merge(&mut fleet_report, &mut outcome);
+            merge(&mut fleet_report, &mut shared, &mut outcome);
             told.push(outcome.cluster);
             at += 1;
         }
     });
+    fleet_report.notes.extend(
+        shared
+            .into_iter()
+            .map(|(note, clusters)| format!("{}: {note}", clusters.join(", "))),
+    );
     let extra = ending(&table, &told);
     let _ = writer.finish_with(&mut fleet_report, None, &extra);
     report::exit_code(&fleet_report)
@@ -165,8 +171,9 @@ async fn one(
 }
 
 /// Adds a cluster's counts, errors and notes to the fleet's, each naming
-/// the cluster.
-fn merge(fleet: &mut Report, outcome: &mut Outcome) {
+/// the cluster; a note is kept in `shared` to be said once for every
+/// cluster that gives it.
+fn merge(fleet: &mut Report, shared: &mut Shared, outcome: &mut Outcome) {
     let name = &outcome.cluster.context;
     let Some(found) = &mut outcome.found else {
         let why = outcome.cluster.error.as_deref().unwrap_or_default();
@@ -194,10 +201,16 @@ fn merge(fleet: &mut Report, outcome: &mut Outcome) {
         .errors
         .extend(found.report.errors.drain(..).map(|e| format!("{name}: {e}")));
     fleet.notes.extend(outcome.note.take());
-    fleet
-        .notes
-        .extend(found.report.notes.drain(..).map(|n| format!("{name}: {n}")));
+    for note in found.report.notes.drain(..) {
+        match shared.iter_mut().find(|(text, _)| *text == note) {
+            Some((_, clusters)) => clusters.push(name.clone()),
+            None => shared.push((note, vec![name.clone()])),
+        }
+    }
 }
+
+/// Notes several clusters gave alike, said once naming them all.
+type Shared = Vec<(String, Vec<String>)>;
 
 /// The end of a fleet's report: which cluster runs what, the table, a
 /// line per cluster and one for the fleet (text); `clusters` and `images`
