@@ -216,7 +216,8 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
             kinds: None,
             break_glass_label: None,
         },
-        quiet: args.quiet,
+        // Several clusters' bars at once would draw over one another.
+        quiet: args.quiet || args.clusters.fleet(),
         registry,
         policy_reports: args.policy_reports,
         annotate: args.annotate,
