@@ -10,7 +10,6 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::judge::ImageVerdict;
 use crate::policy::{Reason, Verdict};
 use crate::reference;
 use crate::report::{ImageReport, ObjectReport, Summary};
@@ -111,24 +110,28 @@ pub fn node_reference(image_id: &str) -> Option<&str> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Seen {
     /// In an object's spec, judged with this reason.
-    Spec(&'static str),
+    Spec(Reason),
     /// In a Pod's `status.containerStatuses[].imageID`: what the node
     /// resolved a reference to, where that differs from the spec.
     Node,
 }
 
-#[derive(Debug, Default)]
-struct Row {
-    reason: Option<Reason>,
-    clusters: BTreeSet<usize>,
+impl Seen {
+    /// The reason the reference was judged with; `None` for a node's.
+    fn reason(self) -> Option<Reason> {
+        match self {
+            Self::Spec(reason) => Some(reason),
+            Self::Node => None,
+        }
+    }
 }
 
-/// The images of a fleet by repository: each digest (or tag) with what it
-/// is and the clusters that run it.
+/// The images of a fleet by repository: each digest (or tag), where it was
+/// seen, and the clusters (by index) that run it.
 #[derive(Debug, Default)]
 pub struct Table {
     clusters: Vec<String>,
-    repositories: BTreeMap<String, BTreeMap<(Version, Seen), Row>>,
+    repositories: BTreeMap<String, BTreeMap<(Version, Seen), BTreeSet<usize>>>,
 }
 
 impl Table {
@@ -144,12 +147,10 @@ impl Table {
     pub fn add(&mut self, at: usize, object: &ObjectReport) {
         for image in &object.images {
             if let Some((repository, version)) = image.image.as_str().and_then(split) {
-                let row = self.row(repository, version, Seen::Spec(image.code.label()));
-                row.reason = Some(image.code);
-                row.clusters.insert(at);
+                self.row(repository, version, Seen::Spec(image.code)).insert(at);
             }
             if let Some((repository, version)) = image.resolved.as_deref().and_then(split) {
-                self.row(repository, version, Seen::Node).clusters.insert(at);
+                self.row(repository, version, Seen::Node).insert(at);
             }
         }
     }
@@ -159,15 +160,13 @@ impl Table {
     /// joins the fleet's only if its report does.
     pub fn merge(&mut self, at: usize, one: Table) {
         for (repository, rows) in one.repositories {
-            for ((version, seen), row) in rows {
-                let into = self.row(repository.clone(), version, seen);
-                into.reason = into.reason.or(row.reason);
-                into.clusters.insert(at);
+            for (version, seen) in rows.into_keys() {
+                self.row(repository.clone(), version, seen).insert(at);
             }
         }
     }
 
-    fn row(&mut self, repository: String, version: Version, seen: Seen) -> &mut Row {
+    fn row(&mut self, repository: String, version: Version, seen: Seen) -> &mut BTreeSet<usize> {
         self.repositories
             .entry(repository)
             .or_default()
@@ -185,34 +184,29 @@ impl Table {
     /// and what the other clusters run of the same repository.
     pub fn incident_lines(&self, read: usize, out: &mut String) {
         for (repository, rows) in &self.repositories {
-            for ((version, _), row) in rows {
-                if !row.reason.is_some_and(Reason::is_finding) {
+            for ((version, seen), row) in rows {
+                if !seen.reason().is_some_and(Reason::is_finding) {
                     continue;
                 }
-                let n = row.clusters.len();
+                let n = row.len();
                 let _ = write!(
                     out,
                     "{n} of {read} cluster{} {} {repository}{} ({}): {}",
                     if read == 1 { "" } else { "s" },
                     runs(n),
                     version.suffix(true),
-                    words(row.reason),
-                    self.names(&row.clusters)
+                    words(seen.reason()),
+                    self.names(row)
                 );
                 for ((other, seen), o) in rows.iter().filter(|(_, o)| !std::ptr::eq(*o, row)) {
-                    let what = match (seen, o.reason) {
+                    let what = match (seen, seen.reason()) {
                         (Seen::Node, _) => format!("{} (its nodes resolved a tag to it)", other.suffix(true)),
                         (_, Some(Reason::Promoted | Reason::PromotedPlatform)) => {
                             format!("the promoted {}", other.suffix(true))
                         }
                         (_, reason) => format!("{} ({})", other.suffix(true), words(reason)),
                     };
-                    let _ = write!(
-                        out,
-                        "; {} {} {what}",
-                        self.names(&o.clusters),
-                        runs(o.clusters.len())
-                    );
+                    let _ = write!(out, "; {} {} {what}", self.names(o), runs(o.len()));
                 }
                 out.push('\n');
             }
@@ -227,10 +221,13 @@ impl Table {
             .repositories
             .iter()
             .filter(|(_, rows)| {
-                rows.len() > 1 || rows.values().any(|r| r.reason.is_none_or(Reason::is_finding))
+                rows.len() > 1
+                    || rows
+                        .keys()
+                        .any(|(_, seen)| seen.reason().is_none_or(Reason::is_finding))
             })
             .collect();
-        if shown.is_empty() && self.repositories.is_empty() {
+        if self.repositories.is_empty() {
             return;
         }
         let _ = writeln!(
@@ -240,19 +237,23 @@ impl Table {
         );
         for (repository, rows) in &shown {
             let _ = writeln!(out, "  {repository}");
-            let width = rows.values().map(|r| words(r.reason).len()).max().unwrap_or(0);
+            let width = rows
+                .keys()
+                .map(|(_, seen)| words(seen.reason()).len())
+                .max()
+                .unwrap_or(0);
             let wide = rows
                 .keys()
                 .map(|(v, _)| v.suffix(false).chars().count())
                 .max()
                 .unwrap_or(0);
-            for ((version, _), row) in rows.iter() {
+            for ((version, seen), row) in rows.iter() {
                 let _ = writeln!(
                     out,
                     "    {:<width$}  {:<wide$}  {}",
-                    words(row.reason),
+                    words(seen.reason()),
                     version.suffix(false),
-                    self.names(&row.clusters)
+                    self.names(row)
                 );
             }
         }
@@ -296,8 +297,8 @@ impl Table {
                             Seen::Spec(_) => "spec",
                             Seen::Node => "node",
                         },
-                        code: row.reason.map(Reason::label),
-                        clusters: row.clusters.iter().map(|&i| self.clusters[i].as_str()).collect(),
+                        code: seen.reason().map(Reason::label),
+                        clusters: row.iter().map(|&i| self.clusters[i].as_str()).collect(),
                     })
                     .collect();
                 serde_json::json!({"repository": repository, "running": running})
@@ -368,11 +369,8 @@ pub struct Running {
 impl Running {
     /// Counts one image of a Pod.
     pub fn add(&mut self, image: &ImageReport) {
-        let verdict = image.would_be.unwrap_or(match image.verdict {
-            ImageVerdict::Allow | ImageVerdict::Exempt => Verdict::Allow,
-            ImageVerdict::Rewrite => Verdict::Rewrite,
-            ImageVerdict::Deny => Verdict::Deny,
-        });
+        // In audit mode, what rewrite mode would do.
+        let verdict = image.would_be.unwrap_or(image.verdict.admission());
         let promoted = matches!(image.code, Reason::Promoted | Reason::PromotedPlatform);
         let listed = promoted
             || matches!(
@@ -471,6 +469,7 @@ impl Running {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::judge::ImageVerdict;
     use crate::testing::{BAD, GOOD, REPO, incident_allowlist};
 
     fn pod(image: &str) -> ObjectReport {

@@ -36,6 +36,17 @@ vocabulary! {
     }
 }
 
+impl ImageVerdict {
+    /// The admission verdict: an exemption is an allow.
+    pub fn admission(self) -> Verdict {
+        match self {
+            Self::Allow | Self::Exempt => Verdict::Allow,
+            Self::Rewrite => Verdict::Rewrite,
+            Self::Deny => Verdict::Deny,
+        }
+    }
+}
+
 vocabulary! {
     "lowercase";
     /// What happens to a whole object.

@@ -58,6 +58,15 @@ impl Counts {
         *self.slot(state) += 1;
     }
 
+    /// Adds every state's count of `other`.
+    pub fn add_all(&mut self, other: Counts) {
+        self.ok += other.ok;
+        self.missing += other.missing;
+        self.not_runnable += other.not_runnable;
+        self.platform_missing += other.platform_missing;
+        self.unverifiable += other.unverifiable;
+    }
+
     /// How many are in `state`.
     pub fn of(mut self, state: State) -> usize {
         *self.slot(state)

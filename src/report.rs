@@ -175,6 +175,35 @@ pub struct Summary {
     pub registry: Option<Counts>,
 }
 
+impl Summary {
+    /// Adds the counts of `other` (another cluster's, in a fleet's run).
+    pub fn add(&mut self, other: &Summary) {
+        self.objects += other.objects;
+        self.allow += other.allow;
+        self.rewrite += other.rewrite;
+        self.deny += other.deny;
+        self.skipped += other.skipped;
+        if let Some(counts) = other.registry {
+            self.registry.get_or_insert_with(Counts::default).add_all(counts);
+        }
+    }
+
+    /// `N objects checked: …`, as the text report ends; `fixed`: worded
+    /// as `check --fix` words it.
+    pub fn checked(&self, fixed: bool) -> String {
+        format!(
+            "{} object{} checked: {} allowed, {} {}, {} denied, {} skipped",
+            self.objects,
+            if self.objects == 1 { "" } else { "s" },
+            self.allow,
+            self.rewrite,
+            if fixed { "fixed" } else { "to rewrite" },
+            self.deny,
+            self.skipped
+        )
+    }
+}
+
 /// A file `check` found in a directory and did not judge: it holds no
 /// Kubernetes object, or is a Helm template.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -426,18 +455,7 @@ pub fn text_end(report: &Report, fixed: Option<usize>) -> String {
     for e in &report.errors {
         let _ = writeln!(out, "error: {e}");
     }
-    let s = &report.summary;
-    let _ = write!(
-        out,
-        "{} object{} checked: {} allowed, {} {}, {} denied, {} skipped",
-        s.objects,
-        if s.objects == 1 { "" } else { "s" },
-        s.allow,
-        s.rewrite,
-        if fixed.is_some() { "fixed" } else { "to rewrite" },
-        s.deny,
-        s.skipped
-    );
+    out.push_str(&report.summary.checked(fixed.is_some()));
     if let Some(still) = fixed.filter(|&n| n > 0) {
         let _ = write!(out, "; {still} image(s) still denied after fixing");
     }

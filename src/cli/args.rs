@@ -240,11 +240,11 @@ impl ContextArgs {
         let kubeconfig = self.connection.cluster.kubeconfig.as_deref();
         let mut clusters: Vec<(audit::Context, Vec<String>)> = Vec::new();
         for context in audit::contexts(kubeconfig, &self.contexts, self.all_contexts)? {
-            let same = |c: &audit::Context| c.unusable.is_none() && c.server == context.server;
-            match clusters
-                .iter_mut()
-                .find(|(c, _)| context.unusable.is_none() && same(c))
-            {
+            // A context that cannot be used has no server to share.
+            let shares = |c: &audit::Context| {
+                c.unusable.is_none() && context.unusable.is_none() && c.server == context.server
+            };
+            match clusters.iter_mut().find(|(c, _)| shares(c)) {
                 Some((_, also)) => also.push(context.name),
                 None => clusters.push((context, Vec::new())),
             }

@@ -197,10 +197,7 @@ fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::
                 .await?;
             Ok::<_, Failed>((connection, found))
         };
-        match args.clusters.deadline() {
-            Some(d) => tokio::time::timeout(d, read).await.map_err(|_| d),
-            None => Ok(read.await),
-        }
+        within(args.clusters.deadline(), read).await
     });
     progress.finish_and_clear();
     let (connection, mut found) = match result {
@@ -210,9 +207,9 @@ fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::
             return 2;
         }
         // What was written out stands; the document still ends, with why.
-        Err(deadline) => {
+        Err(late) => {
             let mut report = report::Report::default();
-            report.errors.push(past_deadline(deadline));
+            report.errors.push(late);
             let _ = writer.finish(&mut report, None);
             return 2;
         }
@@ -250,7 +247,7 @@ impl Run<'_> {
         let loaded = match shared {
             Some(loaded) => loaded,
             None => {
-                own = with_installed(connection, args, self.files, &self.policy).await?;
+                own = self.with_installed(connection).await?;
                 &own
             }
         };
@@ -292,43 +289,49 @@ impl Run<'_> {
     }
 }
 
-/// The allowlist files and then the installed CSVs `--allowlist-csv`
-/// names, read from the cluster, as one allowlist it may judge by.
-async fn with_installed(
-    connection: &audit::Connection,
-    args: &AuditArgs,
-    files: &[allowlist::OpenFile],
-    policy: &crate::policy::Policy,
-) -> Result<allowlist::Loaded, String> {
-    let mut installed = Vec::new();
-    for csvs in &args.csvs.allowlist_csv {
-        let read = audit::installed::read(connection, csvs).await;
-        installed.extend(read.map_err(|f| f.message().to_owned())?);
+impl Run<'_> {
+    /// The allowlist files and then the installed CSVs `--allowlist-csv`
+    /// names, read from the cluster, as one allowlist it may judge by.
+    async fn with_installed(&self, connection: &audit::Connection) -> Result<allowlist::Loaded, String> {
+        let mut installed = Vec::new();
+        for csvs in &self.args.csvs.allowlist_csv {
+            let read = audit::installed::read(connection, csvs).await;
+            installed.extend(read.map_err(|f| f.message().to_owned())?);
+        }
+        self.load(&installed)
     }
-    let loaded = allowlist::load_with_installed(files, &installed, &policy.catalog)
-        .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
-    judged_by(policy, &loaded.allowlist)?;
-    Ok(loaded)
+
+    /// The allowlist of every cluster, loaded once: without
+    /// `--allowlist-csv` nothing of it comes from a cluster.
+    pub(super) fn shared(&self) -> Result<Option<allowlist::Loaded>, String> {
+        if !self.args.csvs.allowlist_csv.is_empty() {
+            return Ok(None);
+        }
+        self.load(&[]).map(Some)
+    }
+
+    fn load(&self, installed: &[allowlist::Source]) -> Result<allowlist::Loaded, String> {
+        let loaded = allowlist::load_with_installed(self.files, installed, &self.policy.catalog)
+            .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+        judged_by(&self.policy, &loaded.allowlist)?;
+        Ok(loaded)
+    }
 }
 
-/// The allowlist of every cluster, loaded once: without `--allowlist-csv`
-/// nothing of it comes from a cluster.
-pub(super) fn shared(run: &Run<'_>) -> Result<Option<allowlist::Loaded>, String> {
-    if !run.args.csvs.allowlist_csv.is_empty() {
-        return Ok(None);
+/// What `read` gives, or (past `--cluster-deadline`) why it gave nothing.
+pub(super) async fn within<T>(
+    deadline: Option<std::time::Duration>,
+    read: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    match deadline {
+        Some(d) => tokio::time::timeout(d, read).await.map_err(|_| {
+            format!(
+                "not read within --cluster-deadline {}",
+                humantime::format_duration(d)
+            )
+        }),
+        None => Ok(read.await),
     }
-    let loaded = allowlist::load_with_installed(run.files, &[], &run.policy.catalog)
-        .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
-    judged_by(&run.policy, &loaded.allowlist)?;
-    Ok(Some(loaded))
-}
-
-/// Why a cluster read past `--cluster-deadline` is not reported whole.
-pub(super) fn past_deadline(deadline: std::time::Duration) -> String {
-    format!(
-        "not read within --cluster-deadline {}",
-        humantime::format_duration(deadline)
-    )
 }
 
 /// What an audit read, and from where.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::audit::{AuditArgs, Failed, Run, past_deadline, prepared, read_note, scope, shared};
+use super::audit::{AuditArgs, Failed, Run, prepared, read_note, scope, within};
 use super::progress;
 use crate::audit;
 use crate::fleet::{self, Status};
@@ -23,13 +23,18 @@ use crate::report::{self, Report};
 /// One cluster's read, done or not.
 struct Outcome {
     cluster: fleet::Cluster,
-    found: Option<audit::Audit>,
+    read: Option<Read>,
+}
+
+/// What a cluster read gave.
+struct Read {
+    found: audit::Audit,
     /// What was read and from where.
-    note: Option<String>,
+    note: String,
     /// Its objects' part of the report, written as they were read.
-    part: Option<Writer<'static>>,
+    part: Writer<'static>,
     /// Which references it runs.
-    table: Option<fleet::Table>,
+    table: fleet::Table,
 }
 
 /// `audit` over the clusters the contexts name.
@@ -46,7 +51,7 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
             return 2;
         }
     };
-    let loaded = match shared(run) {
+    let loaded = match run.shared() {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("error: {e}");
@@ -69,13 +74,29 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
         });
         let mut done = futures::stream::iter(reads).buffered(usize::from(args.clusters.parallel));
         let mut at = 0;
-        while let Some(mut outcome) = done.next().await {
-            if let (Some(part), Some(one)) = (outcome.part.take(), outcome.table.take()) {
-                table.merge(at, one);
-                bars.suspend(|| writer.append(part));
+        while let Some(outcome) = done.next().await {
+            let cluster = outcome.cluster;
+            match outcome.read {
+                Some(read) => {
+                    table.merge(at, read.table);
+                    bars.suspend(|| writer.append(read.part));
+                    merge(
+                        &mut fleet_report,
+                        &mut shared,
+                        &cluster.context,
+                        read.found,
+                        read.note,
+                    );
+                }
+                None => fleet_report.errors.push(format!(
+                    "cluster \"{}\" ({}) not read ({}): {}",
+                    cluster.context,
+                    cluster.server,
+                    cluster.status,
+                    cluster.error.as_deref().unwrap_or_default()
+                )),
             }
-            merge(&mut fleet_report, &mut shared, &mut outcome);
-            told.push(outcome.cluster);
+            told.push(cluster);
             at += 1;
         }
     });
@@ -125,16 +146,10 @@ async fn one(
             .await?;
         Ok::<_, Failed>((read_note(&connection, &found), found, part))
     };
-    let (result, late) = match deadline {
-        Some(d) => match tokio::time::timeout(d, read).await {
-            Ok(r) => (r, false),
-            Err(_) => (Err(Failed::from(past_deadline(d))), true),
-        },
-        None => (read.await, false),
-    };
+    let result = within(deadline, read).await;
     bar.finish_and_clear();
     match result {
-        Ok((note, found, part)) => {
+        Ok(Ok((note, found, part))) => {
             cluster.status = match (&found.stopped, found.report.errors.is_empty()) {
                 (None, true) => Status::Ok,
                 _ => Status::Partial,
@@ -143,68 +158,48 @@ async fn one(
                 cluster.error = Some(found.report.errors.join("; "));
             }
             cluster.summary = found.report.summary.clone();
+            let table = table.take();
             Outcome {
                 cluster,
-                found: Some(found),
-                note: Some(note),
-                part: Some(part),
-                table: Some(std::mem::take(&mut table.borrow_mut())),
+                read: Some(Read {
+                    found,
+                    note,
+                    part,
+                    table,
+                }),
             }
         }
-        Err(failed) => {
+        Ok(Err(failed)) => {
             cluster.status = match &failed.cause {
-                _ if late => Status::Deadline,
                 Some(audit::AuditError::Config(_)) => Status::Config,
                 Some(audit::AuditError::Unreachable(_)) => Status::Unreachable,
                 _ => Status::Failed,
             };
             cluster.error = Some(failed.message);
-            Outcome {
-                cluster,
-                found: None,
-                note: None,
-                part: None,
-                table: None,
-            }
+            Outcome { cluster, read: None }
+        }
+        Err(late) => {
+            cluster.status = Status::Deadline;
+            cluster.error = Some(late);
+            Outcome { cluster, read: None }
         }
     }
 }
 
-/// Adds a cluster's counts, errors and notes to the fleet's, each naming
-/// the cluster; a note is kept in `shared` to be said once for every
-/// cluster that gives it.
-fn merge(fleet: &mut Report, shared: &mut Shared, outcome: &mut Outcome) {
-    let name = &outcome.cluster.context;
-    let Some(found) = &mut outcome.found else {
-        let why = outcome.cluster.error.as_deref().unwrap_or_default();
-        fleet.errors.push(format!(
-            "cluster \"{name}\" ({}) not read ({}): {why}",
-            outcome.cluster.server, outcome.cluster.status
-        ));
-        return;
-    };
-    let (s, f) = (&found.report.summary, &mut fleet.summary);
-    f.objects += s.objects;
-    f.allow += s.allow;
-    f.rewrite += s.rewrite;
-    f.deny += s.deny;
-    f.skipped += s.skipped;
-    if let Some(counts) = &s.registry {
-        let total = f.registry.get_or_insert_with(Default::default);
-        total.ok += counts.ok;
-        total.missing += counts.missing;
-        total.not_runnable += counts.not_runnable;
-        total.platform_missing += counts.platform_missing;
-        total.unverifiable += counts.unverifiable;
-    }
+/// Adds cluster `name`'s counts, errors and notes to the fleet's, each
+/// naming the cluster; a note is kept in `shared` to be said once for
+/// every cluster that gives it.
+fn merge(fleet: &mut Report, shared: &mut Shared, name: &str, found: audit::Audit, read: String) {
+    let report = found.report;
+    fleet.summary.add(&report.summary);
     fleet
         .errors
-        .extend(found.report.errors.drain(..).map(|e| format!("{name}: {e}")));
-    fleet.notes.extend(outcome.note.take());
-    for note in found.report.notes.drain(..) {
+        .extend(report.errors.into_iter().map(|e| format!("{name}: {e}")));
+    fleet.notes.push(read);
+    for note in report.notes {
         match shared.iter_mut().find(|(text, _)| *text == note) {
-            Some((_, clusters)) => clusters.push(name.clone()),
-            None => shared.push((note, vec![name.clone()])),
+            Some((_, clusters)) => clusters.push(name.to_owned()),
+            None => shared.push((note, vec![name.to_owned()])),
         }
     }
 }
@@ -226,12 +221,8 @@ fn ending(table: &fleet::Table, clusters: &[fleet::Cluster]) -> Extra {
         } else {
             format!(", also context {}", c.also.join(", "))
         };
-        let s = &c.summary;
         let told = match (&c.status, &c.error) {
-            (Status::Ok | Status::Partial, _) => format!(
-                "{}: {} objects checked: {} allowed, {} to rewrite, {} denied, {} skipped",
-                c.status, s.objects, s.allow, s.rewrite, s.deny, s.skipped
-            ),
+            (Status::Ok | Status::Partial, _) => format!("{}: {}", c.status, c.summary.checked(false)),
             (status, error) => format!("{status}: {}", error.as_deref().unwrap_or_default()),
         };
         text.push_str(&format!(

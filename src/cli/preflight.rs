@@ -269,7 +269,7 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
             return 2;
         }
     };
-    let deadline = args.clusters.deadline().unwrap_or(super::args::CLUSTER_DEADLINE);
+    let deadline = args.clusters.deadline();
     let now = std::time::SystemTime::now();
     let done: Vec<Judged> = runtime.block_on(async {
         use futures::StreamExt;
@@ -284,9 +284,9 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
                     .map_err(|e| (Status::Config, e.to_string()))?;
                 Ok(preflight::run(&connection, inputs).await)
             };
-            let found = tokio::time::timeout(deadline, read)
+            let found = super::audit::within(deadline, read)
                 .await
-                .unwrap_or_else(|_| Err((Status::Deadline, super::audit::past_deadline(deadline))));
+                .unwrap_or_else(|late| Err((Status::Deadline, late)));
             (context.name.clone(), context.server.clone(), found)
         });
         futures::stream::iter(reads)
@@ -333,10 +333,8 @@ fn each_told(
                     "== cluster \"{context}\" ({server}) ==\n{}",
                     render::text(found, now)
                 ));
-                let report: serde_json::Value =
-                    serde_json::from_str(&render::json(found, now)).expect("the report is JSON");
-                let sarif: serde_json::Value =
-                    serde_json::from_str(&render::sarif(found)).expect("the report is JSON");
+                let report = render::json_value(found, now);
+                let sarif = render::sarif_value(found);
                 for mut run in sarif["runs"].as_array().cloned().unwrap_or_default() {
                     run["properties"] = serde_json::json!({"context": context, "server": server});
                     runs.push(run);

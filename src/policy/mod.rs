@@ -69,6 +69,7 @@ vocabulary! {
     /// Why an image got its outcome, as a stable code: the `reason` metrics
     /// label and what machine-readable reports carry. A closed set, so a forged
     /// review cannot grow the label space.
+    #[derive(PartialOrd, Ord)]
     pub enum Reason {
         Promoted,
         PromotedPlatform,

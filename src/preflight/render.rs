@@ -266,6 +266,11 @@ fn object_text(r: &ObjectReport, out: &mut String) {
 /// The SARIF report: the categories are the rules, and with `--registry`
 /// what will not pull.
 pub fn sarif(found: &Preflight) -> String {
+    pretty(&sarif_value(found))
+}
+
+/// The SARIF log as a value: one cluster's run of a fleet's log.
+pub fn sarif_value(found: &Preflight) -> serde_json::Value {
     let named: Vec<(String, &TargetOutcome)> = found
         .plans
         .iter()
@@ -294,15 +299,12 @@ pub fn sarif(found: &Preflight) -> String {
         })
         .collect();
     let asked = named.iter().any(|(_, t)| t.pulls.is_some());
-    let doc = crate::sarif::upgrade_document(
+    crate::sarif::upgrade_document(
         &found.errors,
         &found.notes,
         concerned,
         asked.then_some(pulls.as_slice()),
-    );
-    let mut text = serde_json::to_string_pretty(&doc).expect("reports serialise");
-    text.push('\n');
-    text
+    )
 }
 
 /// The JSON report: `upgrade` (one entry per target), the plans passed
@@ -389,6 +391,22 @@ struct Summary {
 
 /// The JSON report.
 pub fn json(found: &Preflight, now: SystemTime) -> String {
+    pretty(&doc(found, now))
+}
+
+/// The JSON report as a value: one cluster's part of a fleet's report.
+pub fn json_value(found: &Preflight, now: SystemTime) -> serde_json::Value {
+    serde_json::to_value(doc(found, now)).expect("reports serialise")
+}
+
+/// A document as pretty JSON, ending its last line.
+fn pretty(doc: &impl Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(doc).expect("reports serialise");
+    text.push('\n');
+    text
+}
+
+fn doc(found: &Preflight, now: SystemTime) -> Doc<'_> {
     let mut doc = Doc {
         upgrade: Vec::new(),
         passed_over: Vec::new(),
@@ -430,9 +448,7 @@ pub fn json(found: &Preflight, now: SystemTime) -> String {
             }
         }
     }
-    let mut text = serde_json::to_string_pretty(&doc).expect("reports serialise");
-    text.push('\n');
-    text
+    doc
 }
 
 /// One target's `upgrade` entry.
