@@ -225,6 +225,17 @@ def test_policy_reports_are_written_into_each_cluster(fleet, merged):
     assert "note: ukce, frkq: policy reports: 0 created, 0 updated, 1 unchanged\n" in again.stdout, again.stdout
 
 
+def test_events_are_written_into_the_cluster_whose_objects_need_a_change(fleet, merged):
+    r = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS, "--events")
+    assert r.returncode == 1, r.stderr + r.stdout
+    events = {name: [e for e in cp.get("events", namespace=NS)["items"] if e["reason"] == "UnpromotedImage"]
+              for name, cp in fleet.items()}
+    # ukce's runtime and tagged Pod need a change; frkq runs what is promoted.
+    assert {e["involvedObject"]["name"] for e in events["ukce"]} == {"ovms", "ovms-tagged"}, events["ukce"]
+    assert events["frkq"] == [], events["frkq"]
+    assert "note: ukce: events: 2 created" in r.stdout, r.stdout
+
+
 def test_sarif_names_each_results_cluster_and_carries_the_fleet(fleet, merged):
     r = audit("--kubeconfig", str(merged), "--context", "ukce", "--context", "frkq", "-n", NS, "-o", "sarif")
     assert r.returncode == 1, r.stderr
