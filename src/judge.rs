@@ -341,6 +341,7 @@ pub fn judge_as(subject: Subject<'_>, rules: Rules<'_>) -> Judgement {
         known,
         sites,
         embedded: sources,
+        ..
     } = if skipped {
         Walk::default()
     } else {

@@ -18,6 +18,7 @@ pub use edit::{Offsets, map_literal_edits, scalar_edit, value_range};
 pub use scalar::is_plain_safe;
 
 use build::Builder;
+pub use build::{BYTES_PER_NODE, NODE_FLOOR};
 
 use json_patch::jsonptr::Token;
 use std::collections::HashMap;
@@ -148,12 +149,26 @@ pub fn parse_stream(text: &str) -> Result<Vec<Document>, YamlError> {
 /// What kubectl's reader (go-yaml) accepts and saphyr-parser refuses is read
 /// the way go-yaml reads it; see [`tolerant`] for the two cases and
 /// `src/yaml/conformance.md` for the test suite's figures.
+///
+/// Each document may make as many nodes as its bytes allow
+/// ([`NODE_FLOOR`], then one per [`BYTES_PER_NODE`] bytes): a refusal, not
+/// the memory, is what an alias bomb or a long flow list of numbers gets.
 pub fn documents(text: &str) -> Documents<'_> {
+    documents_with(text, Builder::default())
+}
+
+/// [`documents`] with at most `cap` nodes in the whole stream: for a text
+/// whose memory has a bound of its own (a runtime a review embeds).
+pub fn documents_capped(text: &str, cap: usize) -> Documents<'_> {
+    documents_with(text, Builder::capped(cap))
+}
+
+fn documents_with(text: &str, builder: Builder) -> Documents<'_> {
     Documents {
         events: Box::new(Parser::new_from_str(text)),
         current: None,
         original: text,
-        builder: Builder::default(),
+        builder,
         skip: 0,
         patches: 0,
         leniencies: Vec::new(),
@@ -178,6 +193,27 @@ pub struct Documents<'a> {
 }
 
 impl Documents<'_> {
+    /// Nodes made so far (aliases expanded), for a caller that shares one
+    /// cap among several texts.
+    pub fn nodes(&self) -> usize {
+        self.builder.made()
+    }
+
+    /// The documents without their nodes' positions ([`Document::node`]
+    /// finds none, [`Document::line_of`] gives the document's line): a
+    /// third of the memory, for a caller that names no line. Before the
+    /// first document is read.
+    pub fn values_only(mut self) -> Self {
+        self.builder.values_only = true;
+        self
+    }
+
+    /// Whether the error that ended the stream refused it for the nodes it
+    /// would make (its size), not for its syntax.
+    pub fn too_large(&self) -> bool {
+        self.builder.over
+    }
+
     /// Where the stream was read more leniently than YAML 1.2 allows, so a
     /// caller can tell the author.
     pub fn leniencies(&self) -> &[tolerant::Leniency] {
@@ -392,6 +428,42 @@ mod tests {
         }
         let err = parse_stream(&text).unwrap_err();
         assert!(err.message.contains("alias bomb"), "{err}");
+    }
+
+    /// Issue 57: what a document may make follows its bytes, so a refusal
+    /// comes before the memory is spent, and ordinary documents of any
+    /// length are read whole.
+    #[test]
+    fn the_nodes_a_document_makes_are_bounded_by_its_bytes() {
+        let zeros = format!("spec: [0{}]\n", ",0".repeat(200_000));
+        let err = parse_stream(&zeros).unwrap_err();
+        assert!(err.message.contains("refusing a document this dense"), "{err}");
+        assert_eq!(err.line, 1);
+        // Refused at the allowance, not at the end of the list.
+        assert!(err.column < 2 * (NODE_FLOOR + 20_000), "{err}");
+        // 30,000 containers as kubectl prints them: 15 bytes a node.
+        let mut long = String::from("kind: Pod\nspec:\n  containers:\n");
+        for i in 0..30_000 {
+            long.push_str(&format!("  - name: c{i}\n    image: q.io/a:{i}\n"));
+        }
+        assert_eq!(one(&long).value["spec"]["containers"][29_999]["name"], "c29999");
+        // Each document of a stream has an allowance of its own.
+        let stream = format!(
+            "a: [0{}]\n---\nb: [0{}]\n",
+            ",0".repeat(9_000),
+            ",0".repeat(9_000)
+        );
+        assert_eq!(parse_stream(&stream).unwrap().len(), 2);
+        // A cap is on the whole stream.
+        let err = documents_capped(&stream, 10_000).find_map(Result::err).unwrap();
+        assert!(err.message.contains("more than 10000 nodes"), "{err}");
+        let mut refused = documents_capped(&stream, 10_000);
+        assert!(refused.by_ref().any(|d| d.is_err()) && refused.too_large());
+        let mut syntax = documents("a: [\n");
+        assert!(syntax.by_ref().any(|d| d.is_err()) && !syntax.too_large());
+        let mut within = documents_capped(&long, 100_000);
+        assert!(within.next().unwrap().is_ok());
+        assert_eq!(within.nodes(), 1 + 1 + 1 + 1 + 30_000 * 3);
     }
 
     #[test]

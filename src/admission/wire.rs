@@ -119,9 +119,16 @@ pub(super) struct StatusOut {
     pub(super) message: String,
 }
 
+/// The most values a review's object and old object may keep between them
+/// (see [`objects::prune::bounded`]): ~18 MiB at the dearest, small
+/// mappings; a real object keeps a few hundred, and what the apiserver
+/// stores (1.5 MiB) rarely reaches 65,536 of anything.
+pub const REVIEW_VALUES: usize = 65_536;
+
 /// Decodes an `admission.k8s.io/v1` AdmissionReview's request.
 pub(super) fn decode<O: serde::de::DeserializeOwned>(body: &[u8]) -> Result<RequestIn<O>, BadReview> {
-    let review: ReviewIn<O> = serde_json::from_slice(body).map_err(|e| explain_decode_error(body, e))?;
+    let review: ReviewIn<O> = objects::prune::bounded(REVIEW_VALUES, || serde_json::from_slice(body))
+        .map_err(|e| explain_decode_error(body, e))?;
     match review.api_version.as_deref() {
         Some(API_VERSION) => {}
         other => return Err(BadReview::ApiVersion(other.unwrap_or("").to_owned())),

@@ -91,6 +91,9 @@ pub struct Walk {
     pub known: bool,
     pub sites: Vec<Site>,
     pub embedded: Vec<Embedded>,
+    /// What the embedded runtime documents read so far took: bytes of text
+    /// and nodes, against [`walk::EMBEDDED_BYTES`] and [`walk::EMBEDDED_NODES`].
+    spent: (usize, usize),
 }
 
 // === impl Site ===
@@ -157,5 +160,21 @@ pub fn group_of(api_version: &str) -> &str {
 pub fn walk_as(group: &str, kind: &str, object: &Value) -> Walk {
     let mut walk = Walk::default();
     walk.known = visit(group, kind, object, Pointer::root(), &mut walk, 0);
+    if walk.sites.len() > MAX_SITES {
+        let found = walk.sites.len();
+        let first_unjudged = walk.sites.swap_remove(MAX_SITES).pointer;
+        walk.sites.truncate(MAX_SITES);
+        walk.sites.push(walk::structure(
+            &first_unjudged,
+            format!("{found} images in one object, more than the {MAX_SITES} digest-gate judges; refusing to judge it"),
+        ));
+    }
     walk
 }
+
+/// The most image sites one object may have. Each judged image costs about
+/// 5 KB until the answer is sent (its decision, message, warning, patch
+/// operation and record), so 66,000 containers in one 8 MiB review took
+/// 256 MB; a Pod has a handful, an OpenShift Template of many objects a
+/// few hundred.
+pub const MAX_SITES: usize = 4096;

@@ -130,7 +130,7 @@ fn from_parameter(template: &Value, ptr: &Pointer, site: &mut Site) {
     }
 }
 
-fn structure(pointer: &Pointer, reason: String) -> Site {
+pub(super) fn structure(pointer: &Pointer, reason: String) -> Site {
     Site {
         pointer: pointer.to_buf(),
         role: Role::Structure,
@@ -366,6 +366,15 @@ impl Collector<'_> {
 /// The ConfigMap the RHODS dashboard reads its default runtime from.
 const RUNTIMES_CONFIGMAP: &str = "servingruntimes-config";
 
+/// The most text of runtime documents one object's ConfigMap values may
+/// hold (a Template's ConfigMaps together): what the apiserver stores in
+/// one ConfigMap, so only a review it never sent holds more.
+pub const EMBEDDED_BYTES: usize = 1 << 20;
+/// The most nodes those documents may make together: about 14 MiB of trees
+/// with their positions, where a ServingRuntime document makes ~100. With
+/// the bytes, this is what keeps a review within SECURITY.md's budget.
+pub const EMBEDDED_NODES: usize = 50_000;
+
 /// ConfigMap values that are ServingRuntime documents. `servingruntimes-config`
 /// must parse; other ConfigMaps are only read when a value looks like one.
 fn embedded_runtimes(object: &Value, ptr: &Pointer, walk: &mut Walk) {
@@ -382,12 +391,16 @@ fn embedded_runtimes(object: &Value, ptr: &Pointer, walk: &mut Walk) {
         }
         let mut pointer = join(ptr, "data");
         pointer.push_back(Token::new(key.as_str()));
-        let documents = match yaml::parse_stream(text) {
+        let documents = match embedded_documents(text, &mut walk.spent) {
             Ok(d) => d,
-            Err(e) if runtimes_config => {
+            Err(why) if runtimes_config => {
+                let why = match why {
+                    Unread::Syntax(e) => format!("is not valid YAML: {e}"),
+                    Unread::TooLarge(e) => format!("is too large to judge: {e}; refusing to read it"),
+                };
                 walk.sites.push(structure(
                     &pointer,
-                    format!("data.{key} of {RUNTIMES_CONFIGMAP} is not valid YAML: {e}"),
+                    format!("data.{key} of {RUNTIMES_CONFIGMAP} {why}"),
                 ));
                 continue;
             }
@@ -422,6 +435,36 @@ fn embedded_runtimes(object: &Value, ptr: &Pointer, walk: &mut Walk) {
             });
         }
     }
+}
+
+/// Why an embedded text was not read.
+enum Unread {
+    Syntax(yaml::YamlError),
+    /// Past [`EMBEDDED_BYTES`] or [`EMBEDDED_NODES`].
+    TooLarge(String),
+}
+
+/// The documents of one embedded text, within what the object's earlier
+/// texts left of [`EMBEDDED_BYTES`] and [`EMBEDDED_NODES`] (`spent`).
+fn embedded_documents(text: &str, spent: &mut (usize, usize)) -> Result<Vec<yaml::Document>, Unread> {
+    let (bytes, nodes) = *spent;
+    if text.len() > EMBEDDED_BYTES - bytes {
+        return Err(Unread::TooLarge(format!(
+            "{} KiB of runtime documents, more than the {} KiB a ConfigMap holds",
+            (bytes + text.len()).div_ceil(1024),
+            EMBEDDED_BYTES >> 10
+        )));
+    }
+    let mut documents = yaml::documents_capped(text, EMBEDDED_NODES - nodes);
+    let read: Result<Vec<_>, _> = documents.by_ref().collect();
+    *spent = (
+        bytes + text.len(),
+        nodes + documents.nodes().min(EMBEDDED_NODES - nodes),
+    );
+    read.map_err(|e| match documents.too_large() {
+        true => Unread::TooLarge(e.to_string()),
+        false => Unread::Syntax(e),
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The builder that turns the parser's events into documents: values by
 //! the core schema, every node's position by JSON Pointer, anchors and
-//! aliases expanded (`<<` merges too) with a cap against alias bombs.
+//! aliases expanded (`<<` merges too), the nodes a document makes bounded
+//! by the bytes it takes (see [`NODE_FLOOR`]).
 
 use std::collections::HashMap;
 
@@ -11,9 +12,19 @@ use serde_json::{Map, Value};
 use super::scalar::resolve;
 use super::{Document, Node, YamlError, decoded, tolerant};
 
-/// Nodes an input may create through aliases before it is refused as an alias
-/// bomb ("billion laughs").
-pub(super) const ALIAS_EXPANSION_LIMIT: usize = 1_000_000;
+/// Nodes any document may make, aliases expanded, before its size counts.
+///
+/// Past it a document may make one node per [`BYTES_PER_NODE`] bytes of its
+/// own text. A node costs about 270 bytes here (its value, its pointer and
+/// its position), so a flat limit would let a small text cost far more than
+/// its size: a 1.4 KB "billion laughs" reached the old limit of a million
+/// nodes at 180 MB, a 6 MB `[0,0,…]` (two bytes a node) cost 685 MB. Tied to
+/// the bytes, a document costs at most ~70 bytes per byte of its text past
+/// the first 2.7 MB, and a refusal comes before the nodes are made.
+pub const NODE_FLOOR: usize = 10_000;
+/// See [`NODE_FLOOR`]. Kubernetes YAML takes 8-15 bytes a node (`name: x`,
+/// a list item, a short mapping); a long flow list of numbers 2.
+pub const BYTES_PER_NODE: usize = 4;
 
 #[derive(Debug)]
 enum Frame {
@@ -61,7 +72,21 @@ pub(super) struct Builder {
     stack: Vec<Frame>,
     locs: Vec<(String, Node)>,
     anchors: HashMap<usize, Anchored>,
-    expanded: usize,
+    /// Nodes of the document being read, aliases expanded.
+    nodes: usize,
+    /// Nodes of the stream so far, and of the documents handed out.
+    total: usize,
+    handed_out: usize,
+    /// The most nodes the whole stream may make (`None`: as many as the
+    /// documents' bytes allow).
+    cap: Option<usize>,
+    /// Whether the stream was refused for the nodes it would make.
+    pub(super) over: bool,
+    /// Values without positions: for a caller that names no line, at
+    /// about a third of the memory a node costs.
+    pub(super) values_only: bool,
+    /// Where the document being read starts, in characters.
+    doc_start: usize,
     doc_line: usize,
     root: Option<Value>,
 }
@@ -83,8 +108,49 @@ impl Builder {
         *self = Self {
             count: self.count,
             shifts: std::mem::take(&mut self.shifts),
+            total: self.handed_out,
+            handed_out: self.handed_out,
+            cap: self.cap,
+            values_only: self.values_only,
             ..Self::default()
         };
+    }
+
+    /// A builder whose stream may make at most `cap` nodes.
+    pub(super) fn capped(cap: usize) -> Self {
+        Self {
+            cap: Some(cap),
+            ..Self::default()
+        }
+    }
+
+    /// Nodes the stream made so far.
+    pub(super) fn made(&self) -> usize {
+        self.total
+    }
+
+    /// `n` more nodes at `span`, or the refusal: past the stream's cap, or
+    /// past what the document's bytes so far allow.
+    fn count(&mut self, n: usize, span: &Span, alias: bool) -> Result<(), YamlError> {
+        self.nodes += n;
+        self.total += n;
+        let read = span.end.index().saturating_sub(self.doc_start);
+        let allowed = NODE_FLOOR + read / BYTES_PER_NODE;
+        let message = if let Some(cap) = self.cap.filter(|&c| self.total > c) {
+            format!("more than {cap} nodes; refusing a text this large")
+        } else if self.nodes <= allowed {
+            return Ok(());
+        } else if alias {
+            format!(
+                "aliases expand to more than {allowed} nodes in {read} characters; refusing an alias bomb"
+            )
+        } else {
+            format!(
+                "more than {allowed} nodes in {read} characters (at most one per {BYTES_PER_NODE} past the first {NODE_FLOOR}); refusing a document this dense"
+            )
+        };
+        self.over = true;
+        Err(error_at(span, message))
     }
 
     /// A node's position in the original text.
@@ -111,8 +177,11 @@ impl Builder {
                 self.anchors.clear();
                 self.root = None;
                 self.doc_line = span.start.line();
+                self.doc_start = span.start.index();
+                self.nodes = 0;
             }
             Event::DocumentEnd => {
+                self.handed_out = self.total;
                 let nodes = self.locs.drain(..).collect();
                 self.ready = Some(Document {
                     value: self.root.take().unwrap_or(Value::Null),
@@ -143,10 +212,13 @@ impl Builder {
                     }
                     return self.set_key(text.into_owned(), merge, &span);
                 }
+                self.count(1, &span, false)?;
                 let value = resolve(&text, style, tag.as_deref());
                 let ptr = self.child_pointer(&span)?;
                 let locs_start = self.locs.len();
-                self.locs.push((ptr.clone(), self.node_at(&span, Some(style))));
+                if !self.values_only {
+                    self.locs.push((ptr.clone(), self.node_at(&span, Some(style))));
+                }
                 if anchor != 0 {
                     self.remember(anchor, &value, locs_start, &ptr);
                 }
@@ -160,9 +232,12 @@ impl Builder {
 
     /// A mapping or sequence opens.
     fn start(&mut self, span: &Span, anchor: usize, mapping: bool) -> Result<(), YamlError> {
+        self.count(1, span, false)?;
         let ptr = self.child_pointer(span)?;
         let locs_start = self.locs.len();
-        self.locs.push((ptr.clone(), self.node_at(span, None)));
+        if !self.values_only {
+            self.locs.push((ptr.clone(), self.node_at(span, None)));
+        }
         self.stack.push(if mapping {
             Frame::Map {
                 map: Map::new(),
@@ -227,13 +302,9 @@ impl Builder {
             };
             return self.set_key(text, false, span);
         }
-        self.expanded += anchored.size;
-        if self.expanded > ALIAS_EXPANSION_LIMIT {
-            return Err(error_at(
-                span,
-                "aliases expand to more than a million nodes; refusing an alias bomb",
-            ));
-        }
+        let size = anchored.size;
+        self.count(size, span, true)?;
+        let anchored = &self.anchors[&id];
         let value = anchored.value.clone();
         let relative = anchored.locs.clone();
         let ptr = self.child_pointer(span)?;

@@ -28,7 +28,7 @@ use saphyr_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 use serde_json::Value;
 
-use super::build::{ALIAS_EXPANSION_LIMIT, Builder};
+use super::build::{BYTES_PER_NODE, Builder, NODE_FLOOR};
 use super::scalar::resolve;
 use super::{Document, YamlError};
 
@@ -209,8 +209,13 @@ pub struct Reader<'a> {
     anchors: HashMap<usize, Rc<[Item<'a>]>>,
     /// Anchored nodes still being read.
     recording: Vec<Recording<'a>>,
-    /// Events replayed for aliases in this document.
+    /// Events replayed for aliases in this document: at most what the
+    /// tree reader lets a document of its bytes make.
     expanded: usize,
+    /// Where the document starts and where the source has been read to,
+    /// in characters.
+    doc_start: usize,
+    at: usize,
     /// Line of the last event taken from the source, for an unexpected end.
     line: usize,
 }
@@ -281,6 +286,8 @@ impl<'a> Reader<'a> {
             anchors: HashMap::new(),
             recording: Vec::new(),
             expanded: 0,
+            doc_start: 0,
+            at: 0,
             line: 1,
         }
     }
@@ -295,7 +302,10 @@ impl<'a> Reader<'a> {
         self.expanded = 0;
         loop {
             match self.raw()? {
-                (Event::DocumentStart(_), span) => return Ok(Some(span)),
+                (Event::DocumentStart(_), span) => {
+                    self.doc_start = span.start.index();
+                    return Ok(Some(span));
+                }
                 (Event::StreamEnd, _) => return Ok(None),
                 _ => {}
             }
@@ -390,11 +400,13 @@ impl<'a> Reader<'a> {
     fn raw(&mut self) -> Result<Item<'a>, YamlError> {
         if let Some(item) = self.queue.pop_front() {
             self.line = item.1.start.line();
+            self.at = self.at.max(item.1.end.index());
             return Ok(item);
         }
         match self.parser.as_mut().and_then(Iterator::next) {
             Some(Ok(item)) => {
                 self.line = item.1.start.line();
+                self.at = self.at.max(item.1.end.index());
                 Ok(item)
             }
             Some(Err(e)) => Err(YamlError {
@@ -422,10 +434,14 @@ impl<'a> Reader<'a> {
                     let item = events[*i].clone();
                     *i += 1;
                     self.expanded += 1;
-                    if self.expanded > ALIAS_EXPANSION_LIMIT {
+                    let read = self.at.saturating_sub(self.doc_start);
+                    let allowed = NODE_FLOOR + read / BYTES_PER_NODE;
+                    if self.expanded > allowed {
                         return Err(Error::at(
-                            item.1.start.line(),
-                            "aliases expand to more than a million nodes; refusing an alias bomb",
+                            self.line,
+                            format!(
+                                "aliases expand to more than {allowed} nodes in {read} characters; refusing an alias bomb"
+                            ),
                         ));
                     }
                     item
