@@ -190,6 +190,7 @@ mod tests {
             objects,
             errors: errors.iter().map(|e| (*e).to_owned()).collect(),
             plan_errors: 0,
+            bundles_too_large: 0,
             notes: Vec::new(),
             covered: None,
         }

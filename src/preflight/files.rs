@@ -151,15 +151,17 @@ pub enum FileError {
 /// The ClusterServiceVersion in `path`: its one document of that kind.
 pub fn csv_file(path: &Path) -> Result<Value, FileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| FileError::Read {
+    let text = read_bounded(path, super::bundle::MAX_FILE_BYTES).map_err(|why| FileError::Read {
         path: shown.clone(),
-        why: e.to_string(),
+        why,
     })?;
     let shape = |why: String| FileError::Shape {
         path: shown.clone(),
         why,
     };
-    let documents = crate::yaml::parse_stream(&text).map_err(|e| shape(e.to_string()))?;
+    let documents = crate::yaml::documents_capped(&text, super::bundle::MAX_CSV_NODES)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| shape(e.to_string()))?;
     let mut csvs = documents
         .into_iter()
         .map(|d| d.value)
@@ -172,6 +174,23 @@ pub fn csv_file(path: &Path) -> Result<Value, FileError> {
             "holds more than one ClusterServiceVersion: name one file".into(),
         )),
     }
+}
+
+/// The text of `path`, refused past `max` bytes however much it holds
+/// (`--csv /dev/zero` would read until the kernel stops it).
+fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(format!(
+            "over {} MiB; a ClusterServiceVersion is under 1 MiB",
+            max >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())
 }
 
 /// The ClusterServiceVersion of the bundle in `dir`: the one
@@ -243,6 +262,16 @@ mod tests {
             .unwrap();
         }
         dir
+    }
+
+    /// Issue 57: `--csv /dev/zero` read until the kernel stopped it.
+    #[test]
+    fn a_file_is_read_only_as_far_as_a_csv_can_be_long() {
+        let err = csv_file(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "/dev/zero: over 16 MiB; a ClusterServiceVersion is under 1 MiB"
+        );
     }
 
     #[test]

@@ -208,6 +208,10 @@ pub struct Preflight {
     /// How many of the errors concern one plan only (it was passed over,
     /// or is [`PlanOutcome::incomplete`]).
     pub plan_errors: usize,
+    /// Targets not judged because their bundle ConfigMap was past
+    /// [`bundle::MAX_BUNDLE_BYTES`] or its CSV past [`bundle::MAX_CSV_NODES`]
+    /// (among [`Preflight::plan_errors`]).
+    pub bundles_too_large: usize,
     pub notes: Vec<String>,
     /// Where the objects were read (none: no object was).
     pub covered: Option<audit::Covered>,
@@ -258,6 +262,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     let mut judgeable = Vec::new();
     let mut asks = pulls::Asks::default();
     let mut namespaces = Namespaces::default();
+    let mut bundles = Bundles::new();
     let none = Namespace::default();
     // Plans are superseded; a file target is the one the person named.
     let file = matches!(inputs.plans, Plans::File(_));
@@ -274,7 +279,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
             ns => namespaces.get(connection, ns, &mut found).await,
         };
         for target in &plan.targets {
-            let Some(csv) = target_csv(connection, &plan, target, &mut found).await else {
+            let Some(csv) = target_csv(connection, &plan, target, &mut bundles, &mut found).await else {
                 found.plans[at].incomplete = true;
                 found.plan_errors += 1;
                 continue;
@@ -634,21 +639,47 @@ async fn superseded(
     })
 }
 
+/// The bundle ConfigMaps a round read, each read and parsed once however
+/// many steps name it, by namespace and name.
+type Bundles = BTreeMap<(String, String), Result<bundle::Bundle, Unread>>;
+
+/// Why a bundle ConfigMap gave no CSVs.
+#[derive(Debug, Clone)]
+enum Unread {
+    Request(String),
+    Bundle(bundle::BundleError),
+}
+
 /// The CSV a target installs: in its step, or in the bundle ConfigMap it
 /// refers to (which must be there and readable, or the run says so).
 async fn target_csv(
     connection: &Connection,
     plan: &Plan,
     target: &plan::Target,
+    bundles: &mut Bundles,
     found: &mut Preflight,
 ) -> Option<Value> {
     match &target.manifest {
         Manifest::Inline(csv) => Some((**csv).clone()),
         Manifest::Unpacked { namespace, name } => {
-            let read = cluster::bundle(connection, namespace, name).await;
-            let csv = read
-                .map_err(|e| e.message().to_owned())
-                .and_then(|cm| bundle::csv(&cm, &target.csv).map_err(|e| e.to_string()));
+            let key = (namespace.clone(), name.clone());
+            if !bundles.contains_key(&key) {
+                let read = match cluster::bundle(connection, namespace, name).await {
+                    Ok(cm) => bundle::read(&cm).map_err(Unread::Bundle),
+                    Err(e) => Err(Unread::Request(e.message().to_owned())),
+                };
+                bundles.insert(key.clone(), read);
+            }
+            let csv = match &bundles[&key] {
+                Ok(read) => read.csv(&target.csv).map_err(|e| e.to_string()),
+                Err(Unread::Request(e)) => Err(e.clone()),
+                Err(Unread::Bundle(e)) => {
+                    if matches!(e, bundle::BundleError::TooLarge { .. }) {
+                        found.bundles_too_large += 1;
+                    }
+                    Err(e.to_string())
+                }
+            };
             csv.map_err(|e| {
                 found.errors.push(format!(
                     "InstallPlan {}: the bundle of {} cannot be read: {e}",
