@@ -601,7 +601,7 @@ impl AuditMetrics {
             pending_upgrade_findings: add(
                 r,
                 "pending_upgrade_findings",
-                "What approving each operator upgrade that waits for an approval would break, as the last pre-flight (serve --audit-preflight) judged it: objects stale_after_upgrade or already_stale, digests unpullable_after_upgrade; a plan's series go once it no longer waits",
+                "What approving each operator upgrade that waits for an approval would break, as the last pre-flight (serve --audit-preflight) judged it: objects stale_after_upgrade or already_stale, digests unpullable_after_upgrade, not_judged 1 for a release whose bundle is too large or too complex to read; a plan's series go once it no longer waits",
                 Family::<PendingLabels, Gauge>::default(),
             ),
             images: add(

@@ -7,10 +7,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::{Client, Config, client::ClientBuilder};
 
 /// How long a cluster request may take when `--cluster-timeout` is not given.
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest response body read when `--cluster-max-response-bytes` is
+/// not given: a page of 500 Pods is a few MiB, discovery less.
+pub const MAX_RESPONSE_BYTES: u64 = 64 << 20;
 
 /// How `audit`, `cleanup` and `serve`'s cluster tasks reach the cluster.
 /// `--context` is declared by each command: its help differs.
@@ -20,11 +24,17 @@ pub struct ClusterArgs {
     /// service account inside a pod).
     #[arg(long, env = "DIGEST_GATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Gives up on a cluster request (connecting, or a page of a list)
-    /// after this long, e.g. 30s [default: 30s].
+    /// Gives up on a cluster request after this long in all, e.g. 30s:
+    /// connecting, waiting for the answer and reading it (a page of a
+    /// list, an exec credential plugin's run) [default: 30s].
     #[arg(long, env = "DIGEST_GATE_CLUSTER_TIMEOUT", value_name = "DURATION",
           value_parser = crate::flags::parse_duration)]
     pub cluster_timeout: Option<Duration>,
+    /// Refuses a cluster answer larger than this many bytes (a page of a
+    /// list, discovery) [default: 67108864, 64 MiB].
+    #[arg(long, env = "DIGEST_GATE_CLUSTER_MAX_RESPONSE_BYTES", value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    pub cluster_max_response_bytes: Option<u64>,
 }
 
 impl ClusterArgs {
@@ -34,7 +44,19 @@ impl ClusterArgs {
             kubeconfig: self.kubeconfig.clone(),
             context,
             timeout: Some(self.cluster_timeout.unwrap_or(CLUSTER_TIMEOUT)),
+            max_response: self.cluster_max_response_bytes.unwrap_or(MAX_RESPONSE_BYTES),
             own_retries: false,
+            one_run: false,
+        }
+    }
+
+    /// The settings of a command's one run against `context` (`audit`,
+    /// `preflight`, `cleanup`): as [`ClusterArgs::settings`], and an exec
+    /// credential plugin run once by [`super::credential`].
+    pub fn run_settings(&self, context: Option<String>) -> ClusterSettings {
+        ClusterSettings {
+            one_run: true,
+            ..self.settings(context)
         }
     }
 
@@ -51,20 +73,26 @@ impl ClusterArgs {
 }
 
 /// Where to connect, as the command line says it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClusterSettings {
     /// `--kubeconfig`; without it `$KUBECONFIG`, `~/.kube/config`, and
     /// inside a pod the in-cluster config.
     pub kubeconfig: Option<PathBuf>,
     /// `--context`; without it the kubeconfig's current context.
     pub context: Option<String>,
-    /// Bounds connecting and each response.
+    /// Bounds each request, from connecting to the end of its body.
     pub timeout: Option<Duration>,
+    /// Bounds each response body.
+    pub max_response: u64,
     /// The caller retries failed requests with its own backoff, so kube's
     /// retry of 429 and 503 answers is off: it honours a `Retry-After`, and
     /// an apiserver still starting answers 503 with `Retry-After: 10`,
     /// seconds during which the installed CSVs stay stale.
     pub own_retries: bool,
+    /// A command's one run: an exec credential plugin is run once, within
+    /// `timeout`, its output bounded ([`super::credential`]), instead of by
+    /// kube at every refresh. A long-lived `serve` leaves it to kube.
+    pub one_run: bool,
 }
 
 /// A client and what error messages name it by.
@@ -94,12 +122,27 @@ impl Connection {
         let server = config.cluster_url.to_string();
         let server = server.trim_end_matches('/').to_owned();
         let namespace = config.default_namespace.clone();
-        let client = Client::try_from(config).map_err(|e| {
+        if settings.one_run {
+            let within = settings.timeout.unwrap_or(CLUSTER_TIMEOUT);
+            super::credential::resolve(&mut config.auth_info, within)
+                .await
+                .map_err(|e| AuditError::Config(format!("context \"{context}\": {e}")))?;
+        }
+        let set_up = |e: kube::Error| {
             AuditError::Config(format!(
                 "cannot set up a client for {server} (context \"{context}\"): {}",
                 error_chain(&e)
             ))
-        })?;
+        };
+        // A watch waits minutes for an event: only its connecting is bound.
+        let bounds = super::bounded::Bounds {
+            total: settings.timeout,
+            bytes: settings.max_response,
+        };
+        let client = ClientBuilder::try_from(config)
+            .map_err(set_up)?
+            .with_layer(&super::bounded::Layer(bounds))
+            .build();
         Ok(Connection {
             client,
             context,
@@ -187,6 +230,34 @@ impl RequestFailure {
         match self {
             RequestFailure::Fatal(m) | RequestFailure::Request(m) => m,
         }
+    }
+}
+
+/// The continue tokens one list was given, so a server that hands one out
+/// again — a list that would never end — is caught: one answering
+/// `continue: "again"` forever drew ~200,000 requests in 30 s.
+#[derive(Debug, Default)]
+pub struct Continues {
+    seen: std::collections::HashSet<u64>,
+}
+
+impl Continues {
+    /// The token to ask for the next page with, if any; `Err` says the
+    /// server gave this one before.
+    pub fn next(&mut self, token: Option<&str>) -> Result<Option<String>, String> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let Some(token) = token.filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        // Hashes, not tokens: a list of many pages keeps 8 bytes a page.
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(token);
+        if !self.seen.insert(hash) {
+            return Err(format!(
+                "the server gave the continue token {} twice: a list that does not advance; stopped",
+                crate::text::one_line(token, 40, crate::text::Cut::End)
+            ));
+        }
+        Ok(Some(token.to_owned()))
     }
 }
 
@@ -347,4 +418,23 @@ fn kubeconfig_from_env() -> Result<Option<(Kubeconfig, String)>, String> {
     Kubeconfig::read_from(&path)
         .map(|k| Some((k, shown.clone())))
         .map_err(|e| format!("{shown}: {}", error_chain(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continue_token_given_twice_ends_the_list() {
+        let mut continues = Continues::default();
+        assert_eq!(continues.next(Some("a")), Ok(Some("a".into())));
+        assert_eq!(continues.next(Some("b")), Ok(Some("b".into())));
+        assert_eq!(continues.next(Some("")), Ok(None));
+        assert_eq!(continues.next(None), Ok(None));
+        let err = continues.next(Some("a")).unwrap_err();
+        assert_eq!(
+            err,
+            "the server gave the continue token a twice: a list that does not advance; stopped"
+        );
+    }
 }

@@ -11,7 +11,9 @@
 //! [`write()`] writes policy reports and Events, [`write::remove`] deletes
 //! them again.
 
+pub mod bounded;
 mod cluster;
+pub mod credential;
 pub mod installed;
 mod judging;
 pub mod nodes;
@@ -34,7 +36,8 @@ use crate::policy::Verdict;
 use crate::report::{ObjectReport, Report};
 
 pub use cluster::{
-    AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, Context, RequestFailure, contexts,
+    AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, Context, Continues,
+    MAX_RESPONSE_BYTES, RequestFailure, contexts,
 };
 use judging::Judging;
 pub use judging::{Compared, finding};
@@ -661,6 +664,7 @@ impl Lister<'_> {
         if let Some(selector) = self.label_selector {
             params = params.labels(selector);
         }
+        let mut continues = Continues::default();
         for page in 1u64.. {
             if let Some(bar) = self.progress.filter(|_| page > 1) {
                 bar.set_message(format!("{}s, page {page}", r.kind));
@@ -674,7 +678,9 @@ impl Lister<'_> {
                 .request(request)
                 .await
                 .map_err(|e| self.connection.describe(&doing, &e))?;
-            let next = page.next();
+            let next = continues
+                .next(page.next().as_deref())
+                .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
             for item in page.items {
                 let mut object = item.into_value();
                 if let Some(map) = object.as_object_mut() {

@@ -17,6 +17,7 @@ use crate::published::Platform;
 pub async fn platforms(connection: &Connection) -> Result<Vec<Platform>, AuditError> {
     let mut found = BTreeSet::new();
     let mut params = ListParams::default().limit(500);
+    let mut continues = super::Continues::default();
     loop {
         let request = Request::new(Node::url_path(&(), None))
             .list(&params)
@@ -45,8 +46,11 @@ pub async fn platforms(connection: &Connection) -> Result<Vec<Platform>, AuditEr
                 });
             }
         }
-        match page["metadata"]["continue"].as_str().filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(token),
+        let next = continues
+            .next(page["metadata"]["continue"].as_str())
+            .map_err(|e| AuditError::Request(format!("cannot list nodes: {e}")))?;
+        match next {
+            Some(token) => params = params.continue_token(&token),
             None => break,
         }
     }

@@ -183,6 +183,7 @@ mod tests {
                 created: created.map(Into::into),
                 passed_over: None,
                 incomplete: false,
+                too_large: Vec::new(),
                 report: "install-x".into(),
                 object: None,
                 targets: vec![target],
@@ -190,7 +191,6 @@ mod tests {
             objects,
             errors: errors.iter().map(|e| (*e).to_owned()).collect(),
             plan_errors: 0,
-            bundles_too_large: 0,
             notes: Vec::new(),
             covered: None,
         }

@@ -10,7 +10,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
 use super::plan::{GROUP, VERSION};
-use crate::audit::{Connection, RequestFailure};
+use crate::audit::{Connection, Continues, RequestFailure};
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
@@ -120,6 +120,7 @@ async fn list(
 ) -> Result<Vec<Value>, RequestFailure> {
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(500);
+    let mut continues = Continues::default();
     loop {
         let page = api
             .list(&params)
@@ -130,7 +131,10 @@ async fn list(
                 .into_iter()
                 .map(|o| serde_json::to_value(o).expect("objects serialise")),
         );
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+        let next = continues
+            .next(page.metadata.continue_.as_deref())
+            .map_err(|e| RequestFailure::Request(format!("cannot {doing}: {e}")))?;
+        match next {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(out),
         }

@@ -88,6 +88,10 @@ pub struct PlanOutcome {
     /// A target of it could not be read or prepared (said in the errors):
     /// what was judged of it is not all that approving it installs.
     pub incomplete: bool,
+    /// The packages (else CSVs) of its targets not judged because their
+    /// bundle ConfigMap is past [`bundle::MAX_BUNDLE_BYTES`] or their CSV
+    /// past [`bundle::MAX_CSV_NODES`]: among what makes it incomplete.
+    pub too_large: Vec<String>,
     /// What its policy reports are named after: the plan's name, or a file
     /// target's CSV.
     pub report: String,
@@ -123,6 +127,7 @@ impl PlanOutcome {
             created: plan.created.clone(),
             passed_over: None,
             incomplete: false,
+            too_large: Vec::new(),
             report: match file {
                 true => plan.targets.first().map(|t| t.csv.clone()).unwrap_or_default(),
                 false => plan.name.clone(),
@@ -208,10 +213,6 @@ pub struct Preflight {
     /// How many of the errors concern one plan only (it was passed over,
     /// or is [`PlanOutcome::incomplete`]).
     pub plan_errors: usize,
-    /// Targets not judged because their bundle ConfigMap was past
-    /// [`bundle::MAX_BUNDLE_BYTES`] or its CSV past [`bundle::MAX_CSV_NODES`]
-    /// (among [`Preflight::plan_errors`]).
-    pub bundles_too_large: usize,
     pub notes: Vec<String>,
     /// Where the objects were read (none: no object was).
     pub covered: Option<audit::Covered>,
@@ -279,9 +280,8 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
             ns => namespaces.get(connection, ns, &mut found).await,
         };
         for target in &plan.targets {
-            let Some(csv) = target_csv(connection, &plan, target, &mut bundles, &mut found).await else {
-                found.plans[at].incomplete = true;
-                found.plan_errors += 1;
+            let Some(csv) = target_csv(connection, (&plan, at), target, &mut bundles, &mut found).await
+            else {
                 continue;
             };
             let by = found.plans[at].label.clone();
@@ -651,10 +651,11 @@ enum Unread {
 }
 
 /// The CSV a target installs: in its step, or in the bundle ConfigMap it
-/// refers to (which must be there and readable, or the run says so).
+/// refers to (which must be there and readable, or the run says so and the
+/// plan, `found.plans[at]`, is incomplete).
 async fn target_csv(
     connection: &Connection,
-    plan: &Plan,
+    (plan, at): (&Plan, usize),
     target: &plan::Target,
     bundles: &mut Bundles,
     found: &mut Preflight,
@@ -673,19 +674,25 @@ async fn target_csv(
             let csv = match &bundles[&key] {
                 Ok(read) => read.csv(&target.csv).map_err(|e| e.to_string()),
                 Err(Unread::Request(e)) => Err(e.clone()),
-                Err(Unread::Bundle(e)) => {
-                    if matches!(e, bundle::BundleError::TooLarge { .. }) {
-                        found.bundles_too_large += 1;
-                    }
-                    Err(e.to_string())
-                }
+                Err(Unread::Bundle(e)) => Err(e.to_string()),
             };
+            let too_large = matches!(
+                bundles[&key],
+                Err(Unread::Bundle(bundle::BundleError::TooLarge { .. }))
+            );
             csv.map_err(|e| {
                 found.errors.push(format!(
                     "InstallPlan {}: the bundle of {} cannot be read: {e}",
                     plan.at(),
                     target.csv
-                ))
+                ));
+                found.plan_errors += 1;
+                let outcome = &mut found.plans[at];
+                outcome.incomplete = true;
+                if too_large {
+                    let package = target.package.clone().unwrap_or(target.csv.clone());
+                    outcome.too_large.push(package);
+                }
             })
             .ok()
         }

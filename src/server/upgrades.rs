@@ -240,6 +240,11 @@ pub fn findings(found: &Preflight) -> Vec<(String, String, &'static str, usize)>
         let Some((namespace, _)) = plan.installplan() else {
             continue;
         };
+        // A release whose bundle is too large to read: judged nothing, and
+        // somebody has to look.
+        for package in &plan.too_large {
+            worst.insert((namespace.to_owned(), package.clone(), "not_judged"), 1);
+        }
         for t in &plan.targets {
             let package = t.package.clone().unwrap_or_else(|| t.csv.clone());
             let counts = [

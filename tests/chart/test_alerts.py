@@ -354,6 +354,10 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
                "reason": "stale_after_upgrade"}]),
         case("DigestGatePendingUpgradeWouldBreak", "2m",
              [(pending("stale_after_upgrade"), "0x5"), (pending("already_stale"), "2x5")], []),
+        # A release whose bundle was too large to read, until the plan goes.
+        case("DigestGatePendingUpgradeNotJudged", "2m", [(pending("not_judged"), "1x5")],
+             [{"severity": "warning", "plan_namespace": "redhat-ods-operator", "package": "rhods-operator"}]),
+        case("DigestGatePendingUpgradeNotJudged", "2m", [(pending("stale_after_upgrade"), "1x5")], []),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "1x90")], [{"severity": "warning", "namespace": ns}]),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "0x90")], []),
     ]

@@ -286,6 +286,39 @@ def test_what_cannot_be_read_is_exit_2_and_never_safe(incident):
     assert code == 2 and "cannot get InstallPlan" in out and "not found" in out, out
 
 
+def test_a_hostile_bundle_is_not_judged_and_costs_little(incident, tmp_path):
+    """Issue 57: a bundle ConfigMap whose files inflate past what any bundle
+    holds is "too large or too complex; not judged" — its plan exit 2, never
+    safe — at a cost far below the webhook's memory limit (the background
+    round runs this code in the webhook's process). Eight keys of 15 MiB of
+    spaces: 120 KB stored, 120 MiB inflated; the build before issue 57 held
+    each file whole (up to 64 MiB each, all at once)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    import rss
+
+    spaces = " " * (15 << 20)
+    files = {f"crd-{i}.yaml": spaces for i in range(8)}
+    cluster = incident
+    cluster.apply(bundle_configmap("bundle-bomb", files, gzipped=True))
+    bomb = plan("install-bomb", [csv_step(NEW, reference("bundle-bomb"))], [lookup(NEW)])
+    cluster.apply(bomb)
+    try:
+        out = tmp_path / "out.txt"
+        _, peak_mib, code = rss.measure(
+            [str(binary()), "preflight", "--kubeconfig", str(cluster.kubeconfig), "--cluster-timeout", "10s",
+             "--namespace-selector", SELECTOR, "--installplan", f"{OPERATORS}/install-bomb"], out)
+        text = out.read_text()
+        assert code == 2, text
+        assert f"ConfigMap {MARKETPLACE}/bundle-bomb: key crd-4.yaml: bundle too large or too complex: " \
+               "its files hold over 64 MiB; not judged" in text, text
+        # The debug binary's own ~30 MiB, one 15 MiB file, and its gzip.
+        assert peak_mib < 96, peak_mib
+    finally:
+        cluster.kubectl("delete", "installplan.operators.coreos.com", "install-bomb", "-n", OPERATORS)
+        cluster.kubectl("delete", "configmap", "bundle-bomb", "-n", MARKETPLACE)
+
+
 def test_all_pending_reports_every_plan_and_the_superseded_one_unjudged(incident):
     code, out, err = preflight(incident, "--all-pending", "--plan-namespace", OPERATORS)
     # The missing bundle and the plan still unpacking make it 2; every

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::audit::{AuditError, Connection, Page, RequestFailure};
+use crate::audit::{AuditError, Connection, Continues, Page, RequestFailure};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
@@ -193,6 +193,7 @@ pub(super) async fn ours(
         .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
         .limit(500);
     let mut found = Vec::new();
+    let mut continues = Continues::default();
     loop {
         let request = Request::new(&path)
             .list(&params)
@@ -202,7 +203,9 @@ pub(super) async fn ours(
             Err(kube::Error::Api(s)) if s.code == 404 && kind != "Event" => return Err(None),
             Err(e) => return Err(Some(connection.describe(&format!("list {kind}s"), &e))),
         };
-        let next = page.next();
+        let next = continues
+            .next(page.next().as_deref())
+            .map_err(|e| Some(RequestFailure::Request(format!("cannot list {kind}s: {e}"))))?;
         found.extend(page.items.into_iter().filter(|item| item.ours(kind, owner_uid)));
         match next {
             Some(token) => params = params.continue_token(&token),
