@@ -226,11 +226,17 @@ thread_local! {
 /// of 600,000 one-byte annotations kept 83 MB, and 200,000 empty volumes
 /// 145 MB.
 pub fn bounded<T>(values: usize, decode: impl FnOnce() -> T) -> T {
-    let (left, limit) = (LEFT.replace(values), LIMIT.replace(values));
-    let out = decode();
-    LEFT.set(left);
-    LIMIT.set(limit);
-    out
+    /// Puts the figures back however `decode` ends, a panic included, so
+    /// no later decoding on this thread inherits them.
+    struct Restore(usize, usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LEFT.set(self.0);
+            LIMIT.set(self.1);
+        }
+    }
+    let _restore = Restore(LEFT.replace(values), LIMIT.replace(values));
+    decode()
 }
 
 /// One more value kept, or the refusal.
@@ -364,6 +370,20 @@ mod prune_tests {
         Pruned(&OBJECT)
             .deserialize(&mut serde_json::Deserializer::from_str(&text))
             .unwrap()
+    }
+
+    /// Issue 57: what a decoding keeps is bounded, and the bound ends
+    /// with it.
+    #[test]
+    fn a_decoding_keeps_at_most_the_values_it_is_given() {
+        let text = r#"{"metadata": {"annotations": {"a": "1", "b": "2"}}, "spec": {"env": [1, 2, 3]}}"#;
+        let decode = || Pruned(&OBJECT).deserialize(&mut serde_json::Deserializer::from_str(text));
+        // The object, metadata, annotations and two values: spec's env is
+        // skipped unread, spec itself kept.
+        assert!(bounded(6, decode).is_ok());
+        let err = bounded(5, decode).unwrap_err().to_string();
+        assert!(err.starts_with("the object holds more than 5 values"), "{err}");
+        assert!(decode().is_ok(), "the bound ends with the decoding");
     }
 
     fn same_walk(v: &Value) {

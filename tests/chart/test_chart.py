@@ -979,3 +979,25 @@ def test_the_background_pre_flight_is_granted_what_it_reads_and_the_patch_it_wri
     assert not [a for a in args(alone) if a.startswith("--audit")]
     for role in find(alone, "Role", CSV_ROLE):
         assert [r["resources"] for r in role["rules"]] == [["clusterserviceversions"]]
+
+
+def test_the_memory_limit_holds_a_hostile_review():
+    """Issue 57: the chart's memory limit is derived from SECURITY.md's
+    worst case per review, which tests/bounds.rs holds the real binary to
+    (in a cgroup at the same limit): the three cannot drift apart. A warm
+    replica, one review's budget and a second review's body still arriving
+    (the runtime judges one at a time on the chart's 1 CPU), with 30 %
+    headroom, fit the limit."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    limit = values["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi"), limit
+    limit_mib = int(limit[:-2])
+    body_mib = values["server"]["maxBodyBytes"] / (1 << 20)
+    security = (ROOT / "SECURITY.md").read_text()
+    m = re.search(r"holds about (\d+) MiB; \*\*one review\s+costs at most (\d+) MiB over that", security)
+    assert m, "SECURITY.md no longer states the warm replica and the budget per review"
+    warm, budget = int(m.group(1)), int(m.group(2))
+    bounds = (ROOT / "tests" / "bounds.rs").read_text()
+    assert f"const CHART_LIMIT_MIB: u64 = {limit_mib};" in bounds
+    assert f"const REVIEW_BUDGET_MIB: u64 = {budget};" in bounds
+    assert (warm + budget + body_mib) * 1.3 <= limit_mib, (warm, budget, body_mib, limit_mib)
