@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,14 +26,6 @@ const CHART_LIMIT_MIB: u64 = 128;
 const REVIEW_BUDGET_MIB: u64 = 48;
 /// What `check` may take on one hostile file, over its own start.
 const CHECK_BUDGET_MIB: u64 = 64;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A memory cgroup of this test's own, removed on drop; `None` where the
 /// machine offers none (not root, no memory controller).

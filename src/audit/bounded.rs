@@ -182,31 +182,21 @@ mod tests {
         })
     }
 
+    /// The body `chunks` make through a [`Layer`] of `bounds`, whole.
+    async fn through(bounds: Bounds, chunks: Vec<&'static [u8]>) -> Result<Bytes, BoxError> {
+        let response = Layer(bounds).layer(answering(chunks)).call(()).await?;
+        Ok(response.into_body().collect().await?.to_bytes())
+    }
+
     #[tokio::test]
     async fn a_body_past_its_cap_is_an_error_before_the_rest_is_read() {
         let bounds = Bounds {
             total: None,
             bytes: 10,
         };
-        let mut service = Layer(bounds).layer(answering(vec![b"12345", b"67890"]));
-        let whole = service
-            .call(())
-            .await
-            .unwrap()
-            .into_body()
-            .collect()
-            .await
-            .unwrap();
-        assert_eq!(whole.to_bytes(), "1234567890");
-        let mut service = Layer(bounds).layer(answering(vec![b"12345", b"67890", b"x"]));
-        let err = service
-            .call(())
-            .await
-            .unwrap()
-            .into_body()
-            .collect()
-            .await
-            .unwrap_err();
+        let whole = through(bounds, vec![b"12345", b"67890"]).await.unwrap();
+        assert_eq!(whole, "1234567890");
+        let err = through(bounds, vec![b"12345", b"67890", b"x"]).await.unwrap_err();
         assert_eq!(
             err.downcast_ref::<Exceeded>(),
             Some(&Exceeded::Bytes(10)),
