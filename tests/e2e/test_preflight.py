@@ -842,6 +842,49 @@ def review_approval(replica, old: dict) -> dict:
     return json.loads(answer.read())["response"]
 
 
+def test_the_background_round_survives_a_hostile_bundle_at_the_charts_limit(incident, tmp_path):
+    """Issue 57: `serve --audit-preflight` in a memory cgroup at the chart's
+    128 MiB (where the machine lets a test make one), a waiting plan whose
+    bundle inflates to 120 MiB. The build before was OOM-killed about a
+    second after start, and so was each replica that took the Lease next;
+    now the release is "not judged", counted, and the replica answers."""
+    from cluster import serve_dev
+    from test_cluster_faults import lease_for
+    cgroup = pathlib.Path("/sys/fs/cgroup/memory") / f"digest-gate-e2e-{tmp_path.name}"
+    wrapper = tmp_path / "in-cgroup.sh"
+    try:
+        cgroup.mkdir()
+        (cgroup / "memory.limit_in_bytes").write_text(str(128 << 20))
+        wrapper.write_text(f'#!/bin/sh\necho $$ > "{cgroup}/cgroup.procs" && exec "{binary()}" "$@"\n')
+    except OSError:
+        cgroup = None
+        wrapper.write_text(f'#!/bin/sh\nexec "{binary()}" "$@"\n')
+    wrapper.chmod(0o755)
+    spaces = " " * (15 << 20)
+    incident.apply(bundle_configmap("bundle-bomb-bg", {f"crd-{i}.yaml": spaces for i in range(8)}, gzipped=True))
+    incident.apply(plan("install-bomb-bg", [csv_step(NEW, reference("bundle-bomb-bg"))], [lookup(NEW)]))
+    serve, admin = serve_dev(incident, tmp_path / "serve", "--audit-interval", "1h",
+                             "--audit-lease", lease_for(incident, "pf-bomb"), "--audit-preflight",
+                             "--allowlist-csv", OPERATORS, "--audit-namespace-selector", SELECTOR,
+                             program=wrapper)
+    try:
+        def counted() -> bool:
+            serve.check_alive()
+            return admin_metric(admin, "digest_gate_pending_upgrade_findings", reason="not_judged",
+                                plan_namespace=OPERATORS) >= 1
+        wait_until("the hostile bundle's release counted as not judged", counted, timeout=90)
+        serve.check_alive()
+        stored = incident.get("installplan", "install-bomb-bg", OPERATORS)
+        assert "allowed" in review_approval(serve, stored)
+        assert "bundle too large or too complex" in serve.tail(200), serve.tail()
+    finally:
+        serve.stop()
+        incident.kubectl("delete", "installplan.operators.coreos.com", "install-bomb-bg", "-n", OPERATORS)
+        incident.kubectl("delete", "configmap", "bundle-bomb-bg", "-n", MARKETPLACE)
+        if cgroup is not None:
+            cgroup.rmdir()
+
+
 def test_two_replicas_answer_an_approval_alike_and_the_next_round_clears_it(incident, tmp_path):
     """Two `serve` replicas on one Lease: the leader judges, both answer the
     approval the same from the plan, and once the object is updated the next
