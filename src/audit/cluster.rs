@@ -134,10 +134,16 @@ impl Connection {
                 error_chain(&e)
             ))
         };
-        // A watch waits minutes for an event: only its connecting is bound.
+        // Settings without a timeout are a watch's: it waits minutes for an
+        // event and streams for as long, each event decoded as it comes, so
+        // neither its time nor its bytes in all are bounded (kube bounds
+        // connecting, and the watcher how long one watch lasts).
         let bounds = super::bounded::Bounds {
             total: settings.timeout,
-            bytes: settings.max_response,
+            bytes: match settings.timeout {
+                Some(_) => settings.max_response,
+                None => u64::MAX,
+            },
         };
         let client = ClientBuilder::try_from(config)
             .map_err(set_up)?
