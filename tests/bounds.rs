@@ -143,6 +143,10 @@ impl Serve {
     }
 
     async fn post(&self, body: Vec<u8>) -> (hyper::StatusCode, Vec<u8>) {
+        self.post_to("/mutate", body).await
+    }
+
+    async fn post_to(&self, path: &str, body: Vec<u8>) -> (hyper::StatusCode, Vec<u8>) {
         let stream = connect_named(self.webhook, &self.ca_pem, "localhost", &[b"http/1.1"], None)
             .await
             .unwrap();
@@ -228,15 +232,13 @@ async fn within_budget(name: &str, object: Value, expect: &str) {
         hostile.len()
     );
     let (status, answer) = serve.post(hostile).await;
+    // A denial, never a 400: an entry with failurePolicy Ignore would
+    // admit what a 400 answers.
+    assert_eq!(status, 200, "{name}: {}", String::from_utf8_lossy(&answer));
     let answer: Value = serde_json::from_slice(&answer).unwrap();
-    // A denial, or for what cannot be decoded within the bounds a 400
-    // with the reason (the apiserver applies the failure policy).
-    let message = match status.as_u16() {
-        200 => answer["response"]["status"]["message"].as_str(),
-        400 => answer["error"].as_str(),
-        other => panic!("{name}: HTTP {other}: {answer}"),
-    };
-    let message = message.unwrap_or_default();
+    assert_eq!(answer["response"]["uid"], "bounds");
+    assert_eq!(answer["response"]["allowed"], false, "{name}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
     let shown: String = answer.to_string().chars().take(400).collect();
     assert!(message.contains(expect), "{name}: {shown}");
     let peak = serve.peak_kib();
@@ -303,6 +305,30 @@ async fn a_review_of_many_small_values_is_refused_within_the_budget() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "demo-models"},
                      "spec": {"containers": [], "volumes": volumes}});
     within_budget("volumes", pod, "more than 65536 values").await;
+}
+
+/// The approval endpoint reads an InstallPlan whole: past the values a
+/// review may keep, the approval is denied, not answered with a 400 that
+/// its `failurePolicy: Ignore` entry would let through.
+#[tokio::test]
+async fn an_approval_too_large_to_read_is_denied() {
+    let serve = Serve::start("approval");
+    let mut annotations = serde_json::Map::new();
+    for i in 0..70_000 {
+        annotations.insert(format!("k{i}"), json!(""));
+    }
+    let plan = |approved: bool| {
+        json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "InstallPlan",
+               "metadata": {"name": "install-x", "namespace": "ops", "annotations": annotations},
+               "spec": {"approved": approved, "approval": "Manual", "clusterServiceVersionNames": ["x"]}})
+    };
+    let body = serde_json::to_vec(&review("bounds", "UPDATE", &plan(true), Some(&plan(false)))).unwrap();
+    let (status, answer) = serve.post_to("/validate-approval", body).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(answer["response"]["allowed"], false);
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("the object holds more than 65536 values"), "{message}");
 }
 
 /// `check` on one file: its peak in KiB, its exit code and what it

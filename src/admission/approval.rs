@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::wire::{RequestIn, decode};
+use super::wire::{RequestIn, WholeIn};
 use super::{Answer, BadReview, Response, encode};
 use crate::judge::{ObjectVerdict, Operation};
 use crate::policy::Mode;
@@ -128,8 +128,12 @@ impl Judged {
 
 /// Decodes the review of an InstallPlan and answers it: see the module.
 pub fn answer_approval(body: &[u8], mode: Mode) -> Result<Answer, BadReview> {
-    let request: RequestIn<Value> = decode(body)?;
-    let response = match (request.old_object.as_ref(), request.object.as_ref()) {
+    let request: RequestIn<WholeIn> = match super::decoded(body) {
+        Ok(request) => request,
+        Err(answered) => return *answered,
+    };
+    let old = request.old_object.as_ref().map(|o| &o.0);
+    let response = match (old, request.object.as_ref().map(|o| &o.0)) {
         (Some(old), Some(new))
             if Operation::of(&request.operation) == Operation::Update && approves(old, new) =>
         {

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::allowlist::{self, Source};
 use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict, Operation};
 use crate::policy::{Mode, PromotedBy, Reason};
-use wire::{Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, decode};
+use wire::{Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, WholeIn, decode};
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -62,13 +62,18 @@ pub enum BadReview {
     NoRequest,
     #[error("request.uid is empty")]
     NoUid,
+    /// Its objects hold more values than a review may keep: answered with
+    /// a denial by [`decoded`], never a 400, which an entry with
+    /// `failurePolicy: Ignore` would admit.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl BadReview {
     /// A stable label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
-            Self::Decode(_) => "undecodable",
+            Self::Decode(_) | Self::TooLarge(_) => "undecodable",
             Self::ApiVersion(_) | Self::Kind(_) => "wrong_version",
             Self::NoRequest | Self::NoUid => "no_request",
         }
@@ -99,8 +104,27 @@ pub struct Answer {
 
 /// Decodes a review, judges it by `rules`, and encodes the answer.
 pub fn answer(endpoint: Endpoint, body: &[u8], rules: judge::Rules<'_>) -> Result<Answer, BadReview> {
-    let request: RequestIn = decode(body)?;
+    let request: RequestIn = match decoded(body) {
+        Ok(request) => request,
+        Err(answered) => return *answered,
+    };
     Ok(judge(endpoint, &request, rules))
+}
+
+/// [`decode`], a review too large to read answered instead (`Err(Ok)`):
+/// denied, read again without its objects for its uid, kind and name.
+fn decoded<O: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<RequestIn<O>, Box<Result<Answer, BadReview>>> {
+    match decode(body) {
+        Ok(request) => Ok(request),
+        Err(BadReview::TooLarge(why)) => {
+            Err(Box::new(decode::<wire::Unread>(body).map(|request| {
+                encode(&request, Response::refuse(403, "Forbidden", why))
+            })))
+        }
+        Err(e) => Err(Box::new(Err(e))),
+    }
 }
 
 /// Decodes the review of an allowlist ConfigMap (labelled
@@ -113,9 +137,12 @@ pub fn answer_allowlist<E: std::fmt::Display>(
     body: &[u8],
     check: impl FnOnce(&[Source]) -> Result<(), E>,
 ) -> Result<Answer, BadReview> {
-    let request: RequestIn<Value> = decode(body)?;
+    let request: RequestIn<WholeIn> = match decoded(body) {
+        Ok(request) => request,
+        Err(answered) => return *answered,
+    };
     let operation = Operation::of(&request.operation);
-    let response = match (operation, request.object.as_ref()) {
+    let response = match (operation, request.object.as_ref().map(|o| &o.0)) {
         (Operation::Create | Operation::Update, Some(Value::Object(object))) => {
             let checked = match allowlist::configmap_sources(object) {
                 Ok(sources) => check(&sources).map_err(|e| e.to_string()),

@@ -70,9 +70,39 @@ impl Decoded for ObjectIn {
     }
 }
 
-impl Decoded for Value {
+/// An object not read: a review whose objects are too large to read is
+/// still answered, by its uid, kind and name.
+pub(super) struct Unread;
+
+impl Decoded for Unread {
     fn value(&self) -> &Value {
-        self
+        static NULL: Value = Value::Null;
+        &NULL
+    }
+}
+
+impl<'de> Deserialize<'de> for Unread {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(deserializer).map(|_| Unread)
+    }
+}
+
+/// An object decoded whole (an allowlist ConfigMap, an InstallPlan), its
+/// values counted against [`REVIEW_VALUES`] as a pruned one's are.
+pub(super) struct WholeIn(pub(super) Value);
+
+impl Decoded for WholeIn {
+    fn value(&self) -> &Value {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for WholeIn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::DeserializeSeed;
+        objects::Pruned(&objects::WHOLE)
+            .deserialize(deserializer)
+            .map(WholeIn)
     }
 }
 
@@ -126,9 +156,13 @@ pub(super) struct StatusOut {
 pub const REVIEW_VALUES: usize = 65_536;
 
 /// Decodes an `admission.k8s.io/v1` AdmissionReview's request.
+/// [`BadReview::TooLarge`]: its objects hold more than [`REVIEW_VALUES`].
 pub(super) fn decode<O: serde::de::DeserializeOwned>(body: &[u8]) -> Result<RequestIn<O>, BadReview> {
-    let review: ReviewIn<O> = objects::prune::bounded(REVIEW_VALUES, || serde_json::from_slice(body))
-        .map_err(|e| explain_decode_error(body, e))?;
+    let (review, ran_out) = objects::prune::bounded(REVIEW_VALUES, || serde_json::from_slice(body));
+    let review: ReviewIn<O> = review.map_err(|e| match ran_out {
+        true => BadReview::TooLarge(e.to_string()),
+        false => explain_decode_error(body, e),
+    })?;
     match review.api_version.as_deref() {
         Some(API_VERSION) => {}
         other => return Err(BadReview::ApiVersion(other.unwrap_or("").to_owned())),

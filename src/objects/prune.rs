@@ -123,6 +123,9 @@ fn container_keys() -> Vec<&'static str> {
 }
 
 static KEEP: Shape = Shape::Keep;
+/// A whole object, every value kept (and counted against [`bounded`]): what
+/// the allowlist and approval endpoints read.
+pub static WHOLE: Shape = Shape::Keep;
 static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
 static CONTAINERS: Shape = Shape::List(&CONTAINER);
 static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
@@ -214,38 +217,49 @@ thread_local! {
     /// figure it started from (see [`bounded`]).
     static LEFT: Cell<usize> = const { Cell::new(usize::MAX) };
     static LIMIT: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// Whether a decoding ran out of them.
+    static RAN_OUT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `decode` with the pruned decoder keeping at most `values` values
 /// (each string, number, list and mapping it keeps is one); past them it
-/// fails with an error that says so. Decoding is synchronous, so the figure
-/// is this thread's for the duration of `decode`.
+/// fails with an error that says so, and the `bool` is true. Decoding is
+/// synchronous, so the figure is this thread's for the duration of `decode`.
 ///
 /// What is dropped costs nothing; what is kept costs 100-300 bytes a value
 /// (a small mapping's tree node is ~600), so without a bound an 8 MiB review
 /// of 600,000 one-byte annotations kept 83 MB, and 200,000 empty volumes
 /// 145 MB.
-pub fn bounded<T>(values: usize, decode: impl FnOnce() -> T) -> T {
+pub fn bounded<T>(values: usize, decode: impl FnOnce() -> T) -> (T, bool) {
     /// Puts the figures back however `decode` ends, a panic included, so
     /// no later decoding on this thread inherits them.
-    struct Restore(usize, usize);
+    struct Restore(usize, usize, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             LEFT.set(self.0);
             LIMIT.set(self.1);
+            RAN_OUT.set(self.2);
         }
     }
-    let _restore = Restore(LEFT.replace(values), LIMIT.replace(values));
-    decode()
+    let _restore = Restore(
+        LEFT.replace(values),
+        LIMIT.replace(values),
+        RAN_OUT.replace(false),
+    );
+    let out = decode();
+    (out, RAN_OUT.get())
 }
 
 /// One more value kept, or the refusal.
 fn keep<E: serde::de::Error>() -> Result<(), E> {
     match LEFT.get() {
-        0 => Err(E::custom(format_args!(
-            "the object holds more than {} values that digest-gate reads (containers, volumes, labels, annotations, data); refusing to read it",
-            LIMIT.get()
-        ))),
+        0 => Err({
+            RAN_OUT.set(true);
+            E::custom(format_args!(
+                "the object holds more than {} values that digest-gate reads (containers, volumes, labels, annotations, data); refusing to read it",
+                LIMIT.get()
+            ))
+        }),
         n => {
             LEFT.set(n - 1);
             Ok(())
@@ -380,9 +394,11 @@ mod prune_tests {
         let decode = || Pruned(&OBJECT).deserialize(&mut serde_json::Deserializer::from_str(text));
         // The object, metadata, annotations and two values: spec's env is
         // skipped unread, spec itself kept.
-        assert!(bounded(6, decode).is_ok());
-        let err = bounded(5, decode).unwrap_err().to_string();
+        assert!(matches!(bounded(6, decode), (Ok(_), false)));
+        let (decoded, ran_out) = bounded(5, decode);
+        let err = decoded.unwrap_err().to_string();
         assert!(err.starts_with("the object holds more than 5 values"), "{err}");
+        assert!(ran_out);
         assert!(decode().is_ok(), "the bound ends with the decoding");
     }
 
