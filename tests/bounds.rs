@@ -152,7 +152,7 @@ impl Serve {
             .unwrap();
         Client::http1(stream)
             .await
-            .post("/mutate", "application/json", body)
+            .post(path, "application/json", body)
             .await
     }
 }
@@ -238,7 +238,9 @@ async fn within_budget(name: &str, object: Value, expect: &str) {
     let answer: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(answer["response"]["uid"], "bounds");
     assert_eq!(answer["response"]["allowed"], false, "{name}");
-    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+    let message = answer["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
     let shown: String = answer.to_string().chars().take(400).collect();
     assert!(message.contains(expect), "{name}: {shown}");
     let peak = serve.peak_kib();
@@ -328,7 +330,10 @@ async fn an_approval_too_large_to_read_is_denied() {
     let answer: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(answer["response"]["allowed"], false);
     let message = answer["response"]["status"]["message"].as_str().unwrap();
-    assert!(message.starts_with("the object holds more than 65536 values"), "{message}");
+    assert!(
+        message.starts_with("the object holds more than 65536 values"),
+        "{message}"
+    );
 }
 
 /// `check` on one file: its peak in KiB, its exit code and what it
