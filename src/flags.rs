@@ -2,16 +2,38 @@
 
 use std::time::Duration;
 
+/// A flag value that is not a duration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// Digits only, but too many seconds to count.
+    #[error("'{text}': {source}")]
+    Seconds {
+        text: String,
+        source: std::num::ParseIntError,
+    },
+    #[error("'{text}' is not a duration (e.g. 500ms, 10s, 2m): {source}")]
+    Unparsed {
+        text: String,
+        source: humantime::DurationError,
+    },
+}
+
 /// `500ms`, `10s`, `2m`, `1h 30m` (humantime), or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+    let text = s.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
             .parse()
             .map(Duration::from_secs)
-            .map_err(|e| format!("'{s}': {e}"));
+            .map_err(|source| DurationError::Seconds {
+                text: text.to_owned(),
+                source,
+            });
     }
-    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration (e.g. 500ms, 10s, 2m): {e}"))
+    humantime::parse_duration(text).map_err(|source| DurationError::Unparsed {
+        text: text.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -33,7 +55,7 @@ mod tests {
             assert_eq!(parse_duration(text), Ok(want), "{text}");
         }
         for bad in ["", "soon", "-1s", "1.5.2s", "10 parsecs"] {
-            let err = parse_duration(bad).unwrap_err();
+            let err = parse_duration(bad).unwrap_err().to_string();
             assert!(
                 err.contains("is not a duration") || err.contains(bad),
                 "{bad}: {err}"

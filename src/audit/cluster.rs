@@ -247,10 +247,17 @@ pub struct Continues {
     seen: std::collections::HashSet<u64>,
 }
 
+/// A continue token a list was given twice (shown on one line, bounded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the server gave the continue token {token} twice: a list that does not advance; stopped")]
+pub struct RepeatedToken {
+    pub token: String,
+}
+
 impl Continues {
     /// The token to ask for the next page with, if any; `Err` says the
     /// server gave this one before.
-    pub fn next(&mut self, token: Option<&str>) -> Result<Option<String>, String> {
+    pub fn next(&mut self, token: Option<&str>) -> Result<Option<String>, RepeatedToken> {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         let Some(token) = token.filter(|t| !t.is_empty()) else {
             return Ok(None);
@@ -258,10 +265,9 @@ impl Continues {
         // Hashes, not tokens: a list of many pages keeps 8 bytes a page.
         let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(token);
         if !self.seen.insert(hash) {
-            return Err(format!(
-                "the server gave the continue token {} twice: a list that does not advance; stopped",
-                crate::text::one_line(token, 40, crate::text::Cut::End)
-            ));
+            return Err(RepeatedToken {
+                token: crate::text::one_line(token, 40, crate::text::Cut::End).into_owned(),
+            });
         }
         Ok(Some(token.to_owned()))
     }
@@ -438,8 +444,9 @@ mod tests {
         assert_eq!(continues.next(Some("")), Ok(None));
         assert_eq!(continues.next(None), Ok(None));
         let err = continues.next(Some("a")).unwrap_err();
+        assert_eq!(err, RepeatedToken { token: "a".into() });
         assert_eq!(
-            err,
+            err.to_string(),
             "the server gave the continue token a twice: a list that does not advance; stopped"
         );
     }

@@ -143,10 +143,32 @@ impl Manifest {
     }
 }
 
+/// What a manifest is instead of an image a node can run, in words for
+/// the person who pinned it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotRunnable {
+    #[error("a cosign signature (a `.sig` tag's manifest), not the image it signs")]
+    CosignSignature,
+    #[error("a cosign attestation (a `.att` tag's manifest), not the image it attests")]
+    CosignAttestation,
+    #[error("a Notary signature (an OCI artifact), not an image")]
+    NotarySignature,
+    #[error("a BuildKit attestation (an OCI artifact), not an image")]
+    BuildkitArtifact,
+    #[error("an OCI artifact of type {0}, not an image")]
+    Artifact(String),
+    #[error("a BuildKit attestation manifest (in-toto layers), not an image")]
+    InToto,
+    /// Its config's media type, as served (may be empty).
+    #[error("its config is {}, not an image config: not an image", or_unstated(.0))]
+    Config(String),
+    #[error("an image manifest with no filesystem layer")]
+    NoFilesystemLayer,
+}
+
 impl Image {
-    /// `Ok` when a node can run it; else what it is instead, in words
-    /// for the person who pinned it.
-    pub fn runnable(&self) -> Result<(), String> {
+    /// `Ok` when a node can run it; else what it is instead.
+    pub fn runnable(&self) -> Result<(), NotRunnable> {
         let is_layer = |kind: &str| self.layers.iter().any(|l| l.media_type == kind);
         let signed = self.layers.iter().any(|l| {
             l.annotations
@@ -154,37 +176,30 @@ impl Image {
                 .any(|k| k == "dev.cosignproject.cosign/signature" || k == "dev.sigstore.cosign/signature")
         });
         if is_layer(COSIGN_SIGNATURE) || signed {
-            return Err("a cosign signature (a `.sig` tag's manifest), not the image it signs".into());
+            return Err(NotRunnable::CosignSignature);
         }
         if is_layer(DSSE_ENVELOPE) {
-            return Err("a cosign attestation (a `.att` tag's manifest), not the image it attests".into());
+            return Err(NotRunnable::CosignAttestation);
         }
         if let Some(kind) = &self.artifact_type {
             return Err(match kind.as_str() {
-                "application/vnd.cncf.notary.signature" => {
-                    "a Notary signature (an OCI artifact), not an image".into()
-                }
-                "application/vnd.docker.attestation.manifest.v1+json" => {
-                    "a BuildKit attestation (an OCI artifact), not an image".into()
-                }
-                _ => format!("an OCI artifact of type {kind}, not an image"),
+                "application/vnd.cncf.notary.signature" => NotRunnable::NotarySignature,
+                "application/vnd.docker.attestation.manifest.v1+json" => NotRunnable::BuildkitArtifact,
+                _ => NotRunnable::Artifact(kind.clone()),
             });
         }
         if is_layer(IN_TOTO) {
-            return Err("a BuildKit attestation manifest (in-toto layers), not an image".into());
+            return Err(NotRunnable::InToto);
         }
         if !IMAGE_CONFIGS.contains(&self.config.media_type.as_str()) {
-            return Err(format!(
-                "its config is {}, not an image config: not an image",
-                or_unstated(&self.config.media_type)
-            ));
+            return Err(NotRunnable::Config(self.config.media_type.clone()));
         }
         if !self
             .layers
             .iter()
             .any(|l| FILESYSTEM_LAYERS.contains(&l.media_type.as_str()))
         {
-            return Err("an image manifest with no filesystem layer".into());
+            return Err(NotRunnable::NoFilesystemLayer);
         }
         Ok(())
     }
@@ -277,7 +292,7 @@ mod tests {
             ),
         ];
         for (name, says) in cases {
-            let why = image(name).runnable().unwrap_err();
+            let why = image(name).runnable().unwrap_err().to_string();
             assert!(why.contains(says), "{name}: {why}");
         }
     }
@@ -291,7 +306,7 @@ mod tests {
         i.layers[0].annotations.clear();
         assert_eq!(i.runnable(), Ok(()));
         i.layers.clear();
-        assert!(i.runnable().unwrap_err().contains("no filesystem layer"));
+        assert_eq!(i.runnable(), Err(NotRunnable::NoFilesystemLayer));
     }
 
     #[test]

@@ -297,7 +297,7 @@ impl Verifier<'_> {
         match Manifest::parse(bytes) {
             Err(e) => Found::not(State::NotRunnable, e.to_string()),
             Ok(Manifest::Image(image)) => match image.runnable() {
-                Err(why) => Found::not(State::NotRunnable, why),
+                Err(why) => Found::not(State::NotRunnable, why.to_string()),
                 Ok(()) if self.options.platforms.is_empty() => Found::ok("an image", Vec::new()),
                 Ok(()) => self.single(location, &image).await,
             },

@@ -139,7 +139,7 @@ fn parse_connections(s: &str) -> Result<usize, String> {
 }
 
 /// Polling faster than this only burns CPU on stat calls.
-fn parse_reload_interval(s: &str) -> Result<Duration, String> {
+fn parse_reload_interval(s: &str) -> Result<Duration, crate::flags::DurationError> {
     parse_duration(s).map(|d| d.max(Duration::from_millis(100)))
 }
 

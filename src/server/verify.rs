@@ -51,7 +51,7 @@ pub struct BackgroundVerifyArgs {
 /// rate limits) that buys nothing, since new digests are verified as soon
 /// as their allowlist is in force anyway.
 fn parse_interval(s: &str) -> Result<Duration, String> {
-    let d = crate::flags::parse_duration(s)?;
+    let d = crate::flags::parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(60) {
         return Err(format!(
             "'{s}' is too short: registries are asked about every promoted digest each interval; use 1m or more"
