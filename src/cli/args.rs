@@ -254,8 +254,8 @@ impl ContextArgs {
     }
 
     /// The deadline of one cluster's read.
-    pub(super) fn deadline(&self) -> Option<std::time::Duration> {
-        Some(self.cluster_deadline.unwrap_or(CLUSTER_DEADLINE))
+    pub(super) fn deadline(&self) -> std::time::Duration {
+        self.cluster_deadline.unwrap_or(CLUSTER_DEADLINE)
     }
 }
 

@@ -320,18 +320,15 @@ impl Run<'_> {
 
 /// What `read` gives, or (past `--cluster-deadline`) why it gave nothing.
 pub(super) async fn within<T>(
-    deadline: Option<std::time::Duration>,
+    deadline: std::time::Duration,
     read: impl std::future::Future<Output = T>,
 ) -> Result<T, String> {
-    match deadline {
-        Some(d) => tokio::time::timeout(d, read).await.map_err(|_| {
-            format!(
-                "not read within --cluster-deadline {}",
-                humantime::format_duration(d)
-            )
-        }),
-        None => Ok(read.await),
-    }
+    tokio::time::timeout(deadline, read).await.map_err(|_| {
+        format!(
+            "not read within --cluster-deadline {}",
+            humantime::format_duration(deadline)
+        )
+    })
 }
 
 /// What an audit read, and from where.

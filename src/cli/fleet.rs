@@ -117,7 +117,7 @@ async fn one(
     loaded: Option<&crate::allowlist::Loaded>,
     (context, also): (&audit::Context, &[String]),
     parts: crate::output::Fragments,
-    deadline: Option<Duration>,
+    deadline: Duration,
     bar: indicatif::ProgressBar,
 ) -> Outcome {
     let mut cluster = fleet::Cluster {

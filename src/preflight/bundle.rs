@@ -178,12 +178,6 @@ impl Files {
     }
 }
 
-/// The ClusterServiceVersion named `csv` among a bundle ConfigMap's files
-/// (see [`read`]).
-pub fn csv(cm: &ConfigMap, csv: &str) -> Result<Value, BundleError> {
-    read(cm)?.csv(csv)
-}
-
 /// Why a file did not inflate.
 #[derive(Debug, PartialEq, Eq)]
 enum Inflate {
@@ -224,6 +218,11 @@ mod tests {
     use k8s_openapi::ByteString;
 
     use super::*;
+
+    /// The ClusterServiceVersion named `name` among `cm`'s files.
+    fn csv(cm: &ConfigMap, name: &str) -> Result<Value, BundleError> {
+        read(cm)?.csv(name)
+    }
 
     /// A bundle ConfigMap dumped from a real cluster (kiali-operator
     /// v1.4.2, operator-registry's loader test data): files under `data`.
