@@ -12,6 +12,7 @@ of tests/fixtures/olm/)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import json
 import pathlib
@@ -297,13 +298,8 @@ def test_a_hostile_bundle_is_not_judged_and_costs_little(incident, tmp_path):
     sys.path.insert(0, str(ROOT / "bench"))
     import rss
 
-    spaces = " " * (15 << 20)
-    files = {f"crd-{i}.yaml": spaces for i in range(8)}
     cluster = incident
-    cluster.apply(bundle_configmap("bundle-bomb", files, gzipped=True))
-    bomb = plan("install-bomb", [csv_step(NEW, reference("bundle-bomb"))], [lookup(NEW)])
-    cluster.apply(bomb)
-    try:
+    with hostile_bundle(cluster, "bomb"):
         out = tmp_path / "out.txt"
         _, peak_mib, code = rss.measure(
             [str(binary()), "preflight", "--kubeconfig", str(cluster.kubeconfig), "--cluster-timeout", "10s",
@@ -314,9 +310,21 @@ def test_a_hostile_bundle_is_not_judged_and_costs_little(incident, tmp_path):
                "its files hold over 64 MiB; not judged" in text, text
         # The debug binary's own ~30 MiB, one 15 MiB file, and its gzip.
         assert peak_mib < 96, peak_mib
+
+
+@contextlib.contextmanager
+def hostile_bundle(cluster, name: str):
+    """A plan `install-NAME` waiting on the bundle ConfigMap `bundle-NAME`:
+    eight keys of 15 MiB of spaces, 120 KB stored and 120 MiB inflated.
+    Both are deleted after."""
+    spaces = " " * (15 << 20)
+    cluster.apply(bundle_configmap(f"bundle-{name}", {f"crd-{i}.yaml": spaces for i in range(8)}, gzipped=True))
+    cluster.apply(plan(f"install-{name}", [csv_step(NEW, reference(f"bundle-{name}"))], [lookup(NEW)]))
+    try:
+        yield
     finally:
-        cluster.kubectl("delete", "installplan.operators.coreos.com", "install-bomb", "-n", OPERATORS)
-        cluster.kubectl("delete", "configmap", "bundle-bomb", "-n", MARKETPLACE)
+        cluster.kubectl("delete", "installplan.operators.coreos.com", f"install-{name}", "-n", OPERATORS)
+        cluster.kubectl("delete", "configmap", f"bundle-{name}", "-n", MARKETPLACE)
 
 
 def test_all_pending_reports_every_plan_and_the_superseded_one_unjudged(incident):
@@ -860,29 +868,25 @@ def test_the_background_round_survives_a_hostile_bundle_at_the_charts_limit(inci
         cgroup = None
         wrapper.write_text(f'#!/bin/sh\nexec "{binary()}" "$@"\n')
     wrapper.chmod(0o755)
-    spaces = " " * (15 << 20)
-    incident.apply(bundle_configmap("bundle-bomb-bg", {f"crd-{i}.yaml": spaces for i in range(8)}, gzipped=True))
-    incident.apply(plan("install-bomb-bg", [csv_step(NEW, reference("bundle-bomb-bg"))], [lookup(NEW)]))
-    serve, admin = serve_dev(incident, tmp_path / "serve", "--audit-interval", "1h",
-                             "--audit-lease", lease_for(incident, "pf-bomb"), "--audit-preflight",
-                             "--allowlist-csv", OPERATORS, "--audit-namespace-selector", SELECTOR,
-                             program=wrapper)
-    try:
-        def counted() -> bool:
+    with hostile_bundle(incident, "bomb-bg"):
+        serve, admin = serve_dev(incident, tmp_path / "serve", "--audit-interval", "1h",
+                                 "--audit-lease", lease_for(incident, "pf-bomb"), "--audit-preflight",
+                                 "--allowlist-csv", OPERATORS, "--audit-namespace-selector", SELECTOR,
+                                 program=wrapper)
+        try:
+            def counted() -> bool:
+                serve.check_alive()
+                return admin_metric(admin, "digest_gate_pending_upgrade_findings", reason="not_judged",
+                                    plan_namespace=OPERATORS) >= 1
+            wait_until("the hostile bundle's release counted as not judged", counted, timeout=90)
             serve.check_alive()
-            return admin_metric(admin, "digest_gate_pending_upgrade_findings", reason="not_judged",
-                                plan_namespace=OPERATORS) >= 1
-        wait_until("the hostile bundle's release counted as not judged", counted, timeout=90)
-        serve.check_alive()
-        stored = incident.get("installplan", "install-bomb-bg", OPERATORS)
-        assert "allowed" in review_approval(serve, stored)
-        assert "bundle too large or too complex" in serve.tail(200), serve.tail()
-    finally:
-        serve.stop()
-        incident.kubectl("delete", "installplan.operators.coreos.com", "install-bomb-bg", "-n", OPERATORS)
-        incident.kubectl("delete", "configmap", "bundle-bomb-bg", "-n", MARKETPLACE)
-        if cgroup is not None:
-            cgroup.rmdir()
+            stored = incident.get("installplan", "install-bomb-bg", OPERATORS)
+            assert "allowed" in review_approval(serve, stored)
+            assert "bundle too large or too complex" in serve.tail(200), serve.tail()
+        finally:
+            serve.stop()
+            if cgroup is not None:
+                cgroup.rmdir()
 
 
 def test_two_replicas_answer_an_approval_alike_and_the_next_round_clears_it(incident, tmp_path):
