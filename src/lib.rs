@@ -53,6 +53,7 @@ pub mod fleet;
 pub mod inventory;
 pub mod json;
 pub mod judge;
+pub mod logsink;
 pub mod metrics;
 pub mod objects;
 pub mod output;

@@ -193,6 +193,7 @@ impl Metrics {
         let reloads = ReloadMetrics::register(&mut registry);
         let connections = ConnectionMetrics::register(&mut registry);
         let audit = AuditMetrics::register(&mut registry);
+        crate::logsink::register(&mut registry);
         Self {
             registry,
             admission,

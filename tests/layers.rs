@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 mod common;
 
 const LAYERS: &[&[&str]] = &[
-    &["text", "edit", "reference", "yaml", "json", "flags"],
+    &["text", "edit", "reference", "yaml", "json", "flags", "logsink"],
     &["objects", "allowlist", "published"],
     &["policy"],
     &["judge"],

@@ -22,6 +22,10 @@ struct Serve {
 }
 
 fn spawn(name: &str, extra: &[&str]) -> Serve {
+    spawn_with(name, extra, Stdio::null())
+}
+
+fn spawn_with(name: &str, extra: &[&str], stdout: Stdio) -> Serve {
     let dir = scratch(name);
     let (webhook, admin) = (free_port(), free_port());
     let webhook: SocketAddr = format!("127.0.0.1:{webhook}").parse().unwrap();
@@ -37,7 +41,7 @@ fn spawn(name: &str, extra: &[&str]) -> Serve {
         ])
         .args(extra)
         .env_remove("DIGEST_GATE_ALLOWLIST")
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped());
     let child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -125,6 +129,58 @@ async fn dev_mode_serves_a_review_and_drains_on_sigterm() {
         "{decision}"
     );
     assert!(!stderr.contains("BEGIN"), "no key material in logs");
+}
+
+/// Issue 58: a container runtime's log pipe can close under a running
+/// server. Before, the next log line panicked whichever task wrote it
+/// (tracing `eprintln!`s its own write error): reviews went unanswered
+/// while `/readyz` said ready, and SIGTERM did nothing.
+#[tokio::test]
+async fn a_closed_log_pipe_costs_lines_not_reviews_or_signals() {
+    let mut s = spawn_with("closed-pipe", &["--log-format", "json"], Stdio::piped());
+    // Both ends the server writes to, closed as `| head` closes them.
+    let mut stderr = std::io::BufReader::new(s.child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut first).unwrap();
+    assert!(first.contains("development mode"), "{first}");
+    drop(stderr);
+    drop(s.child.stdout.take());
+    let review: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/review.json")).unwrap()).unwrap();
+    for _ in 0..3 {
+        // A new connection each time: the accept loop logs as well.
+        let stream = connect_named(s.webhook, &s.ca_pem, "localhost", &[b"http/1.1"], None)
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            Client::http1(stream).await.review("/mutate", &review),
+        )
+        .await
+        .expect("a review is answered with the log pipe closed");
+        assert!(answer["response"]["patch"].is_string(), "{answer}");
+    }
+    assert_eq!(admin_get(s.admin, "/readyz").await.0, 200);
+    let metrics = admin_get(s.admin, "/metrics").await.1;
+    let failed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("digest_gate_log_write_errors_total{reason=\"write_failed\"} "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no write_failed count in {metrics}"));
+    assert!(failed >= 3, "each decision line lost is counted: {failed}");
+    signal(&s.child, "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = s.child.kill();
+            panic!("SIGTERM did not stop a server whose log pipe is closed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "the drain ends as usual");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! `digest-gate serve`: its flags, logging, and `--dev`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
@@ -84,9 +85,13 @@ fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .map_err(|e| format!("--log-level '{filter}': {e}"))?;
     use std::io::IsTerminal;
+    let sink = crate::logsink::stderr().map_err(|e| format!("cannot start the log writer: {e}"))?;
+    // Nothing written straight to stderr from a task: a closed log pipe
+    // would make tracing `eprintln!` its own error, and that panics.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(sink)
+        .log_internal_errors(false)
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         LogFormat::Text => builder.try_init(),
@@ -184,7 +189,10 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
         policy: args.policy.policy(),
         bound,
     };
-    server::run(args.server, inputs)
+    let code = server::run(args.server, inputs);
+    // The drain's last lines, if the log pipe still takes them.
+    crate::logsink::flush(std::time::Duration::from_secs(2));
+    code
 }
 
 /// `--dev`'s throwaway CA and certificate, and the bundled allowlist when
@@ -207,7 +215,9 @@ fn dev_files(args: &ServeArgs, allowlists: &mut Vec<PathBuf>) -> Result<(PathBuf
         })?;
         allowlists.push(path);
     }
-    eprintln!(
+    // Not eprintln!: a closed standard error must not stop the server.
+    let _ = writeln!(
+        std::io::stderr(),
         "development mode: throwaway CA at {ca} (certificate for localhost, 127.0.0.1, ::1)\n  allowlist: {list}\n  try: curl --cacert {ca} -H 'Content-Type: application/json' --data @examples/review.json https://localhost:{port}/mutate",
         ca = files.ca.display(),
         list = allowlists

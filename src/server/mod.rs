@@ -171,6 +171,10 @@ pub fn run(config: ServerArgs, inputs: Inputs) -> u8 {
             std::process::exit(1);
         });
         running.wait().await;
+        if running.state.ready.stopped_unasked() {
+            tracing::error!("the webhook listener stopped unasked; exiting so the Pod is restarted");
+            return 1;
+        }
         tracing::info!("stopped");
         0
     })
@@ -253,10 +257,14 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
     let stopped = CancellationToken::new();
     let (settings, drain, done) = (listen::ListenSettings::of(&config), stop.clone(), stopped.clone());
     let (router, connections) = (webhook_router(state.clone()), state.metrics.connections.clone());
+    let ended = Ended {
+        ready: state.ready.clone(),
+        done,
+    };
     tokio::spawn(async move {
+        let _ended = ended;
         serve_tls(webhook, acceptor, router, connections, &settings, drain).await;
         admin_task.abort();
-        done.cancel();
     });
     Ok(Running {
         webhook_addr,
@@ -267,6 +275,21 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
         admin,
         audit: std::sync::Mutex::new(audit),
     })
+}
+
+/// Dropped when the webhook listener's task ends, however it ends (a panic
+/// unwinds through it): readiness fails and the process stops, rather than
+/// staying up, ready, with nothing answering reviews.
+struct Ended {
+    ready: Arc<Readiness>,
+    done: CancellationToken,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.ready.listener_stopped();
+        self.done.cancel();
+    }
 }
 
 /// With `--audit-preflight`, what the background pre-flight reads.

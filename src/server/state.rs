@@ -15,11 +15,16 @@ use crate::published::Published;
 
 /// Whether the server takes new reviews. A [`State`] always holds an
 /// allowlist and is served only once its certificate is loaded; what makes
-/// a running server unready is draining, or an allowlist that is not yet
-/// the one it should serve (a source still to be read, or none usable).
+/// a running server unready is draining, an allowlist that is not yet the
+/// one it should serve (a source still to be read, or none usable), or a
+/// webhook listener that has stopped (its task marks it as it ends, by a
+/// panic too). `/readyz` is answered by the same runtime workers that
+/// answer reviews, and nothing there waits on the log (`logsink`): an
+/// answer at all says they run.
 #[derive(Debug, Default)]
 pub struct Readiness {
     draining: AtomicBool,
+    listener_stopped: AtomicBool,
     waiting: Mutex<Option<&'static str>>,
 }
 
@@ -37,6 +42,16 @@ impl Readiness {
     /// Starts draining: readiness fails from now on.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// The webhook listener has ended: no review is answered any more.
+    pub fn listener_stopped(&self) {
+        self.listener_stopped.store(true, Ordering::Release);
+    }
+
+    /// Whether the listener ended without a drain asking it to.
+    pub fn stopped_unasked(&self) -> bool {
+        self.listener_stopped.load(Ordering::Acquire) && !self.draining.load(Ordering::Acquire)
     }
 
     /// Marks the allowlist in force as not the one to serve, and why, until
@@ -59,6 +74,9 @@ impl Readiness {
     pub fn check(&self) -> Result<(), &'static str> {
         if self.draining.load(Ordering::Acquire) {
             return Err("shutting down");
+        }
+        if self.listener_stopped.load(Ordering::Acquire) {
+            return Err("the webhook listener has stopped");
         }
         match *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(why) => Err(why),

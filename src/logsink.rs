@@ -1,0 +1,276 @@
+//! Where `serve`'s log lines go: a bounded queue to a thread of its own
+//! that writes them to standard error.
+//!
+//! Writing a line straight to standard error from the task that logs it
+//! ties every review to the log pipe: a pipe whose reader is slow blocks
+//! the write, and one whose reader is gone makes it fail, which
+//! tracing-subscriber then reports with `eprintln!` — a panic that kills
+//! the task (a connection, the accept loop, the signal handler). A
+//! container runtime's or log shipper's restart closes that pipe. So a
+//! line is handed to the queue and never waited for: a full queue drops
+//! it, a failed write drops it, and both are counted
+//! (`digest_gate_log_write_errors_total`, by `reason`).
+
+use std::io::Write;
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{LazyLock, OnceLock};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Lines waiting to be written: a burst of reviews logs faster than a pipe
+/// drains for a moment, and the queue rides it out; past it a slow sink
+/// costs lines, never a review's time. At the few hundred bytes a decision
+/// line takes, about 1 MiB at most.
+const QUEUE_LINES: usize = 4096;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Why a line was not written: the `reason` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The queue was full: the sink is slower than the server logs.
+    QueueFull,
+    /// The sink refused the write (a closed pipe, a full disk).
+    WriteFailed,
+}
+
+impl Lost {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::WriteFailed => "write_failed",
+        }
+    }
+}
+
+/// One process, one standard error: the counts are the process's, shared
+/// by every metrics registry made in it.
+static LOST: LazyLock<Family<ReasonLabels, Counter>> = LazyLock::new(Family::default);
+
+fn lost(why: Lost) {
+    LOST.get_or_create(&ReasonLabels { reason: why.as_str() }).inc();
+}
+
+/// Lines lost so far for `why`.
+pub fn lost_count(why: Lost) -> u64 {
+    LOST.get_or_create(&ReasonLabels { reason: why.as_str() }).get()
+}
+
+/// Registers `digest_gate_log_write_errors_total` (both reasons, so a
+/// dashboard sees zeros rather than no series).
+pub fn register(registry: &mut Registry) {
+    for why in [Lost::QueueFull, Lost::WriteFailed] {
+        drop(LOST.get_or_create(&ReasonLabels { reason: why.as_str() }));
+    }
+    registry.register(
+        "log_write_errors",
+        "Log lines not written: queue_full (the log sink is slower than the server logs) or write_failed (it refused them, e.g. a closed pipe); reviews never wait for either",
+        LOST.clone(),
+    );
+}
+
+enum Message {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it is written (or lost).
+    Flush(SyncSender<()>),
+}
+
+/// What tracing's formatter writes to: each event's line is queued whole.
+#[derive(Clone)]
+pub struct Sink {
+    queue: SyncSender<Message>,
+}
+
+/// The one sink of this process, for [`flush`].
+static INSTALLED: OnceLock<Sink> = OnceLock::new();
+
+/// A sink writing to `out` on a thread of its own (named `digest-gate-log`).
+pub fn spawn(out: impl Write + Send + 'static) -> std::io::Result<Sink> {
+    let (queue, lines) = mpsc::sync_channel(QUEUE_LINES);
+    std::thread::Builder::new()
+        .name("digest-gate-log".into())
+        .spawn(move || write_lines(lines, out))?;
+    Ok(Sink { queue })
+}
+
+/// The process's sink on standard error, made once.
+pub fn stderr() -> std::io::Result<Sink> {
+    if let Some(sink) = INSTALLED.get() {
+        return Ok(sink.clone());
+    }
+    let sink = spawn(std::io::stderr())?;
+    Ok(INSTALLED.get_or_init(|| sink).clone())
+}
+
+fn write_lines(lines: Receiver<Message>, mut out: impl Write) {
+    for message in lines {
+        match message {
+            Message::Line(line) => {
+                if out.write_all(&line).is_err() {
+                    lost(Lost::WriteFailed);
+                }
+            }
+            Message::Flush(done) => {
+                let _ = out.flush();
+                let _ = done.try_send(());
+            }
+        }
+    }
+}
+
+/// Waits, at most `within`, until the lines queued so far are written: the
+/// last lines of a process that is exiting (a drain's "stopped").
+pub fn flush(within: Duration) {
+    if let Some(sink) = INSTALLED.get() {
+        sink.flush(within);
+    }
+}
+
+impl Sink {
+    /// Hands a line over; never waits.
+    fn send(&self, line: Vec<u8>) {
+        match self.queue.try_send(Message::Line(line)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => lost(Lost::QueueFull),
+            // The writer thread is gone (it never ends while a sender
+            // lives, but a line must not panic if it did).
+            Err(TrySendError::Disconnected(_)) => lost(Lost::WriteFailed),
+        }
+    }
+
+    /// See [`flush`].
+    pub fn flush(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let (done, written) = mpsc::sync_channel(1);
+        let mut message = Message::Flush(done);
+        loop {
+            match self.queue.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                    message = m;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = written.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// One event's line, queued when tracing drops it.
+pub struct Line<'s> {
+    sink: &'s Sink,
+    text: Vec<u8>,
+}
+
+impl Write for Line<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line<'_> {
+    fn drop(&mut self) {
+        if !self.text.is_empty() {
+            self.sink.send(std::mem::take(&mut self.text));
+        }
+    }
+}
+
+impl<'s> tracing_subscriber::fmt::MakeWriter<'s> for Sink {
+    type Writer = Line<'s>;
+
+    fn make_writer(&'s self) -> Self::Writer {
+        Line {
+            sink: self,
+            text: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A sink whose writes wait until the test opens the gate, then fail
+    /// or succeed as told.
+    struct Stuck {
+        open: Arc<Mutex<()>>,
+        fail: bool,
+        written: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Write for Stuck {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _open = self.open.lock().unwrap();
+            if self.fail {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            self.written.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn line(sink: &Sink, text: &str) {
+        use tracing_subscriber::fmt::MakeWriter;
+        let mut w = sink.make_writer();
+        w.write_all(text.as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn a_sink_that_stops_costs_lines_not_time() {
+        let open = Arc::new(Mutex::new(()));
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let closed = open.lock().unwrap();
+        let sink = spawn(Stuck {
+            open: open.clone(),
+            fail: false,
+            written: written.clone(),
+        })
+        .unwrap();
+        let before = lost_count(Lost::QueueFull);
+        // One line is taken by the blocked writer, QUEUE_LINES wait, the
+        // rest are dropped at once: the loop returns although the sink
+        // never accepts a byte.
+        for i in 0..QUEUE_LINES + 100 {
+            line(&sink, &format!("line {i}\n"));
+        }
+        assert!(lost_count(Lost::QueueFull) - before >= 99);
+        drop(closed);
+        sink.flush(Duration::from_secs(10));
+        let written = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        assert!(written.starts_with("line 0\nline 1\n"), "{written:.40}");
+    }
+
+    #[test]
+    fn a_failing_sink_is_counted() {
+        let sink = spawn(Stuck {
+            open: Arc::new(Mutex::new(())),
+            fail: true,
+            written: Arc::default(),
+        })
+        .unwrap();
+        let before = lost_count(Lost::WriteFailed);
+        line(&sink, "one\n");
+        line(&sink, "two\n");
+        sink.flush(Duration::from_secs(10));
+        assert!(lost_count(Lost::WriteFailed) - before >= 2);
+    }
+}
