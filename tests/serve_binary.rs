@@ -267,6 +267,8 @@ async fn audit_mode_may_start_from_an_empty_allowlist_and_exemptions_apply() {
             "audit",
             "--exempt-image",
             "quay.io/platform/**",
+            "--log-format",
+            "json",
         ],
     );
     let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
@@ -285,7 +287,19 @@ async fn audit_mode_may_start_from_an_empty_allowlist_and_exemptions_apply() {
     assert_eq!(warnings.len(), 1, "only the unexempted image warns: {warnings:?}");
     assert!(warnings[0].as_str().unwrap().contains("\"app\" would be denied"));
     signal(&s.child, "-TERM");
-    assert_eq!(wait_exit(&mut s.child, Duration::from_secs(15)).0, 0);
+    let (code, stderr) = wait_exit(&mut s.child, Duration::from_secs(15));
+    assert_eq!(code, 0, "{stderr}");
+    // Issue 58: the decision line says what enforce would have done, in
+    // the warning's words; before, it said only `"verdict":"allow"`.
+    let decision: Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["message"] == "review answered")
+        .unwrap_or_else(|| panic!("no decision line in {stderr}"));
+    assert_eq!(decision["verdict"], "allow", "{decision}");
+    assert_eq!(decision["would_enforce"], "deny", "{decision}");
+    assert_eq!(decision["would_rewrite"], "deny", "{decision}");
+    assert_eq!(decision["would"], warnings[0], "{decision}");
 }
 
 #[tokio::test]

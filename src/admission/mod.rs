@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::allowlist::{self, Source};
 use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict, Operation};
-use crate::policy::{Mode, PromotedBy, Reason};
+use crate::policy::{Mode, PromotedBy, Reason, Verdict};
 use wire::{Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, WholeIn, decode};
 
 /// The only AdmissionReview version digest-gate speaks.
@@ -100,6 +100,37 @@ pub struct Answer {
     /// Who promoted the digests images are rewritten to (or would be, in
     /// audit mode): what the decision log names.
     pub promoted_by: Vec<PromotedBy>,
+    /// In audit mode, when something would have happened: what the other
+    /// modes would have answered.
+    pub would: Option<Would>,
+}
+
+/// What audit mode let through, as rewrite and enforce would have answered
+/// it: what the decision log says during an audit-mode rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Would {
+    /// The object's verdict in rewrite mode.
+    pub rewrite: ObjectVerdict,
+    /// In enforce mode (which denies what rewrite would rewrite).
+    pub enforce: ObjectVerdict,
+    /// Why, in the warnings' words (one per image).
+    pub why: Vec<String>,
+}
+
+impl Would {
+    /// `None` when every mode would have allowed the object.
+    fn of(j: &Judgement, warnings: &[String]) -> Option<Self> {
+        let rewrite = match j.images.iter().map(ImageJudgement::would_be).max() {
+            None | Some(Verdict::Allow) => return None,
+            Some(Verdict::Rewrite) => ObjectVerdict::Rewrite,
+            Some(Verdict::Deny) => ObjectVerdict::Deny,
+        };
+        Some(Self {
+            rewrite,
+            enforce: ObjectVerdict::Deny,
+            why: warnings.to_vec(),
+        })
+    }
 }
 
 /// Decodes a review, judges it by `rules`, and encodes the answer.
@@ -186,6 +217,7 @@ struct Response {
     audit: BTreeMap<String, String>,
     images: Vec<(ImageVerdict, Reason)>,
     promoted_by: Vec<PromotedBy>,
+    would: Option<Would>,
 }
 
 impl Response {
@@ -199,6 +231,7 @@ impl Response {
             audit: BTreeMap::new(),
             images: Vec::new(),
             promoted_by: Vec::new(),
+            would: None,
         }
     }
 
@@ -249,6 +282,7 @@ fn respond(endpoint: Endpoint, request: &RequestIn, j: Judgement, object: &Value
             let mut out = Response::allow(ObjectVerdict::Allow);
             out.audit = Rendered::of(&j, object).audit_annotations(&j);
             out.warnings = render::warnings(&j);
+            out.would = Would::of(&j, &out.warnings);
             out
         }
         (_, ObjectVerdict::Allow) => Response::allow(ObjectVerdict::Allow),
@@ -325,6 +359,7 @@ fn encode<O: Decoded>(request: &RequestIn<O>, response: Response) -> Answer {
         dry_run: request.dry_run.unwrap_or(false),
         images: response.images,
         promoted_by: response.promoted_by,
+        would: response.would,
         message,
     }
 }

@@ -309,6 +309,12 @@ fn answer(
         images = answer.images.len(),
         latency_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         denial = answer.message.as_deref().unwrap_or(""),
+        // Audit mode: what rewrite and enforce would have answered, and
+        // why (the warnings' words); absent when nothing would have
+        // happened.
+        would_rewrite = answer.would.as_ref().map(|w| w.rewrite.as_str()),
+        would_enforce = answer.would.as_ref().map(|w| w.enforce.as_str()),
+        would = answer.would.as_ref().map(|w| w.why.join("; ")),
         // Evaluated only when the line is written.
         promoted_by = answer
             .promoted_by

@@ -155,6 +155,12 @@ def test_the_readme_installs_in_audit_mode_shows_the_first_finding_then_enforces
         assert stored["spec"]["containers"][0]["image"] == INCIDENT_IMAGE, "audit mode changes nothing"
         logs, audit = reader.outputs[-2], reader.outputs[-1]
         assert '"kind":"ServingRuntime","name":"ovms"' in logs
+        # What enforce would have blocked, read as docs/webhook.md reads it
+        # (the played pod's log file standing for `kubectl logs`).
+        reader.run("webhook-audit-log",
+                   fill={"kubectl -n digest-gate logs deploy/digest-gate": f"cat {release.pod.log_path}"})
+        would = reader.outputs[-1]
+        assert '"kind":"ServingRuntime","name":"ovms"' in would and "would be rewritten to sha256:8af20e48" in would, would
         assert "demo-models/ServingRuntime/ovms: rewrite" in audit and "sha256:8af20e48" in audit
         reader.run("audit-all-namespaces")
         assert "demo-models/ServingRuntime/ovms: rewrite" in reader.outputs[-1]
