@@ -290,6 +290,10 @@ impl<'w> Writer<'w> {
         let Some(mut out) = self.out.take() else {
             return Ok(());
         };
+        // Errors reach standard error whatever the format: a CI log shows
+        // why a run failed although its report went to a file. The text
+        // report leaves them there alone; JSON and SARIF keep them too.
+        say("error", "", &report.errors);
         match self.format {
             Format::Text { .. } => {
                 out.write_all(extra.text.as_bytes())?;
@@ -386,6 +390,18 @@ pub fn temporary() -> io::Result<File> {
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
     std::fs::remove_file(&path)?;
     Ok(file)
+}
+
+/// Each of `lines` on standard error, one line each (`{level}: {prefix}{line}`,
+/// control characters escaped): what a run's report also says, for a
+/// reader whose report went to a file or a pipe. A closed standard error
+/// is no reason to stop.
+pub fn say(level: &str, prefix: &str, lines: &[String]) {
+    let mut stderr = io::stderr().lock();
+    for line in lines {
+        let line = crate::text::one_line(line, usize::MAX, crate::text::Cut::End);
+        let _ = writeln!(stderr, "{level}: {prefix}{line}");
+    }
 }
 
 /// The whole report in `format`, from a report kept in memory.

@@ -452,9 +452,7 @@ pub fn text_end(report: &Report, fixed: Option<usize>) -> String {
     for n in &report.notes {
         let _ = writeln!(out, "note: {n}");
     }
-    for e in &report.errors {
-        let _ = writeln!(out, "error: {e}");
-    }
+    // Errors are not here: `output::Writer` writes them to standard error.
     out.push_str(&report.summary.checked(fixed.is_some()));
     if let Some(still) = fixed.filter(|&n| n > 0) {
         let _ = write!(out, "; {still} image(s) still denied after fixing");

@@ -429,11 +429,11 @@ fn directories_are_walked_recursively_and_files_that_are_not_manifests_skipped()
     let run = check(&example_allowlist(), &at("values.yaml"), &[]);
     assert_eq!(run.code, 2);
     assert!(
-        run.stdout.contains(
+        run.stderr.contains(
             "values.yaml:1: document 0 is not a Kubernetes object (a mapping without apiVersion and kind)"
         ),
         "{}",
-        run.stdout
+        run.stderr
     );
 }
 
@@ -483,16 +483,16 @@ fn a_run_that_finds_no_kubernetes_object_fails() {
     let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(
-        run.stdout.contains(
+        run.stderr.contains(
             "error: no Kubernetes object found in the 1 file read (1 skipped, see above); nothing was checked"
         ),
         "{}",
-        run.stdout
+        run.stderr
     );
     std::fs::remove_file(dir.join("values.yaml")).unwrap();
     let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
     assert_eq!(run.code, 2);
-    assert!(run.stdout.contains("error: no manifest found"), "{}", run.stdout);
+    assert!(run.stderr.contains("error: no manifest found"), "{}", run.stderr);
     // `kubectl get ... -o json` on an empty namespace: a List that was read.
     let run = digest_gate(
         &["check", "--allowlist", &example_allowlist(), "-f", "-"],
@@ -826,10 +826,10 @@ fn unusable_input_and_flags_exit_2() {
     assert_eq!(missing.code, 2);
     assert!(
         missing
-            .stdout
+            .stderr
             .contains("error: /nonexistent/manifest.yaml: cannot read"),
         "{}",
-        missing.stdout
+        missing.stderr
     );
     let garbage = digest_gate(
         &["check", "--allowlist", &list, "-f", "-"],
@@ -837,9 +837,9 @@ fn unusable_input_and_flags_exit_2() {
     );
     assert_eq!(garbage.code, 2);
     assert!(
-        garbage.stdout.contains("error: -: not valid YAML or JSON: line"),
+        garbage.stderr.contains("error: -: not valid YAML or JSON: line"),
         "{}",
-        garbage.stdout
+        garbage.stderr
     );
     assert_eq!(check(&list, &fixture("05_"), &["--mode", "strict"]).code, 2);
     assert_eq!(check(&list, &fixture("05_"), &["--kind-mode", "Pod"]).code, 2);
@@ -1506,9 +1506,9 @@ fn an_admission_review_is_judged_as_the_webhook_judges_its_object() {
     );
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(
-        run.stdout.contains("an AdmissionReview of a DELETE"),
+        run.stderr.contains("an AdmissionReview of a DELETE"),
         "{}",
-        run.stdout
+        run.stderr
     );
 
     // --fix cannot edit what the apiserver sent.
@@ -1527,11 +1527,11 @@ fn a_chart_is_refused_when_named_and_skipped_in_a_tree() {
     let run = check(&example_allowlist(), &path("charts/digest-gate"), &[]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(
-        run.stdout.contains("a Helm chart (it holds Chart.yaml)")
-            && run.stdout.contains("helm template RELEASE ")
-            && run.stdout.contains("| digest-gate check --allowlist ... -f -"),
+        run.stderr.contains("a Helm chart (it holds Chart.yaml)")
+            && run.stderr.contains("helm template RELEASE ")
+            && run.stderr.contains("| digest-gate check --allowlist ... -f -"),
         "{}",
-        run.stdout
+        run.stderr
     );
 
     // A tree with a chart and manifests: the chart is skipped with the
@@ -1575,11 +1575,11 @@ fn a_chart_is_refused_when_named_and_skipped_in_a_tree() {
     let run = check(&example_allowlist(), &dir.display().to_string(), &[]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(
-        run.stdout.contains(
+        run.stderr.contains(
             "error: none of the 1 object read is of a kind digest-gate reads, and 1 input was skipped (see above): nothing was judged"
         ),
         "{}",
-        run.stdout
+        run.stderr
     );
 }
 
@@ -1663,6 +1663,87 @@ fn lint_convert_and_verify_take_the_allowlist_one_way_and_strict_names_its_warni
         .expect("a warning");
     assert!(
         run.stderr.contains("error: --strict: 1 warning fails the lint:") && run.stderr.contains(warning),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Issue 58: a report written to a file still says on standard error why
+/// the run failed, whatever `-o` is; the document keeps the error too.
+#[test]
+fn errors_reach_stderr_whatever_the_output_format() {
+    for format in ["text", "json", "sarif"] {
+        let run = check(&example_allowlist(), "nope.yaml", &["-o", format]);
+        assert_eq!(run.code, 2, "{format}: {}", run.stderr);
+        let said: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(
+            said,
+            ["error: nope.yaml: cannot read: No such file or directory (os error 2)"],
+            "{format}"
+        );
+        match format {
+            "text" => assert!(
+                !run.stdout.contains("error:"),
+                "said once, on stderr: {}",
+                run.stdout
+            ),
+            _ => assert!(
+                run.stdout.contains("nope.yaml: cannot read"),
+                "{format}: {}",
+                run.stdout
+            ),
+        }
+    }
+}
+
+/// Issue 58: a variable is named as the variable, and switches read what
+/// environments write.
+#[test]
+fn variables_are_named_and_switches_read_as_environments_write_them() {
+    let runtime = path("examples/manifests/incident-servingruntime.yaml");
+    let list = example_allowlist();
+    let args = ["check", "--allowlist", list.as_str(), "-f", runtime.as_str()];
+    let run = run_with(&args, None, &[("DIGEST_GATE_MODE", "enforcee")]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.starts_with("error: DIGEST_GATE_MODE=enforcee (the variable of --mode): not one of rewrite, enforce, audit (did you mean enforce?)"),
+        "{}",
+        run.stderr
+    );
+    // Typed on the command line, the flag is what is named.
+    let mut typed = args.to_vec();
+    typed.extend(["--mode", "enforcee"]);
+    let run = run_with(&typed, None, &[("DIGEST_GATE_MODE", "enforcee")]);
+    assert!(run.stderr.contains("for '--mode <MODE>'"), "{}", run.stderr);
+    let run = run_with(&args, None, &[("DIGEST_GATE_CLUSTER_DEADLINE", "soon")]);
+    assert_eq!(
+        run.code, 1,
+        "a variable of another command is not read: {}",
+        run.stderr
+    );
+    // With --fix the incident's runtime is fixed (exit 0); without, 1.
+    let fix = |value: &str| run_with(&args, None, &[("DIGEST_GATE_FIX", value)]);
+    for (value, fixed) in [
+        ("1", true),
+        ("yes", true),
+        ("true", true),
+        ("0", false),
+        ("no", false),
+        ("false", false),
+    ] {
+        let run = fix(value);
+        assert_eq!(
+            run.code,
+            if fixed { 0 } else { 1 },
+            "DIGEST_GATE_FIX={value}: {}",
+            run.stderr
+        );
+    }
+    let run = fix("maybe");
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .starts_with("error: DIGEST_GATE_FIX=maybe (the variable of --fix)"),
         "{}",
         run.stderr
     );

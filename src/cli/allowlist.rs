@@ -217,7 +217,12 @@ fn run_verify(args: &VerifyArgs) -> u8 {
     };
     match args.output {
         VerifyOutput::Text => print_out(&report.text()),
-        VerifyOutput::Json => print_out(&report.json()),
+        VerifyOutput::Json => {
+            // The text report leads with these; JSON keeps them, and a
+            // reader of the log sees them here.
+            crate::output::say("warning", "", &report.errors);
+            print_out(&report.json())
+        }
     }
     if let Some(out) = &args.write_platforms {
         let sources: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();

@@ -8,6 +8,7 @@ mod allowlist;
 mod args;
 mod audit;
 mod check;
+mod environment;
 mod fleet;
 mod preflight;
 mod progress;
@@ -96,7 +97,18 @@ pub enum Command {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let command = environment::boolish(Cli::command());
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches = match command.clone().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => match environment::named_by_variable(&e, &command, &argv) {
+            Some(message) => {
+                let _ = writeln!(std::io::stderr(), "error: {message}");
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match cli.command {
         Command::Serve(args) => {

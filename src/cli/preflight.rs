@@ -240,6 +240,7 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         }
     };
     let now = std::time::SystemTime::now();
+    crate::output::say("error", "", &found.errors);
     print_out(&match args.output {
         Output::Json => render::json(&found, now),
         Output::Sarif => render::sarif(&found),
@@ -329,6 +330,7 @@ fn each_told(
         let (status, error) = match found {
             Ok(found) => {
                 code = code.max(render::exit_code(found));
+                crate::output::say("error", &format!("cluster \"{context}\": "), &found.errors);
                 text.push_str(&format!(
                     "== cluster \"{context}\" ({server}) ==\n{}",
                     render::text(found, now)

@@ -124,9 +124,7 @@ pub fn text(found: &Preflight, now: SystemTime) -> String {
     for n in &found.notes {
         let _ = writeln!(out, "note: {n}");
     }
-    for e in &found.errors {
-        let _ = writeln!(out, "error: {e}");
-    }
+    // Errors are not here: the command writes them to standard error.
     let judged = targets(found).count();
     let _ = writeln!(
         out,
