@@ -27,6 +27,9 @@ vocabulary! {
         Unreachable,
         /// Not read within `--cluster-deadline`: nothing of it is reported.
         Deadline,
+        /// Not finished when the run was interrupted (SIGINT, SIGTERM):
+        /// nothing of it is reported.
+        Interrupted,
         /// Its context cannot be used (the kubeconfig).
         Config,
         /// Reached, but the read could not go on: its APIs could not be

@@ -1748,3 +1748,106 @@ fn variables_are_named_and_switches_read_as_environments_write_them() {
         run.stderr
     );
 }
+
+/// A kubeconfig whose contexts each name a server that accepts TCP
+/// connections and never answers (a listener that is never accepted
+/// from: the kernel completes the handshake, nothing more).
+fn hanging_clusters(dir: &Path, contexts: &[&str]) -> (String, Vec<std::net::TcpListener>) {
+    let mut clusters = String::new();
+    let mut named = String::new();
+    let mut held = Vec::new();
+    for name in contexts {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        held.push(listener);
+        clusters.push_str(&format!(
+            "- name: {name}\n  cluster: {{server: \"https://127.0.0.1:{port}\", insecure-skip-tls-verify: true}}\n"
+        ));
+        named.push_str(&format!(
+            "- name: {name}\n  context: {{cluster: {name}, user: u}}\n"
+        ));
+    }
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n{clusters}contexts:\n{named}current-context: {}\nusers:\n- name: u\n  user: {{token: t}}\n",
+        contexts[0]
+    );
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, config).unwrap();
+    (path.display().to_string(), held)
+}
+
+/// Runs `args` until it has waited on the hanging cluster for a moment,
+/// sends SIGINT, and gives it a second to end.
+fn interrupted(args: &[&str]) -> Run {
+    let child = Command::new(env!("CARGO_BIN_EXE_digest-gate"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "{args:?} took {:?} to stop",
+        started.elapsed()
+    );
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// Issue 58: Ctrl-C ends a command waiting on a cluster within a second,
+/// its document whole and saying why, exit 130; a fleet names the
+/// clusters it did not finish.
+#[test]
+fn ctrl_c_ends_a_cluster_command_with_its_report_whole() {
+    let dir = scratch("interrupt");
+    let (kubeconfig, _held) = hanging_clusters(&dir, &["east", "west"]);
+    let list = example_allowlist();
+    let audit = ["audit", "-A", "--allowlist", &list, "--kubeconfig", &kubeconfig];
+    let said = "interrupted (SIGINT or SIGTERM): only what was read before is reported";
+
+    let run = interrupted(&[&audit[..], &["-o", "json"]].concat());
+    assert_eq!(run.code, 130, "{}", run.stderr);
+    let errors = run.json()["errors"].clone();
+    assert!(errors[0].as_str().unwrap().starts_with(said), "{errors}");
+    assert!(run.stderr.contains(said), "{}", run.stderr);
+
+    let run = interrupted(&[&audit[..], &["-o", "sarif"]].concat());
+    assert_eq!(run.code, 130, "{}", run.stderr);
+    let notes = run.json()["runs"][0]["invocations"][0]["toolExecutionNotifications"].clone();
+    assert!(notes.to_string().contains(said), "{notes}");
+
+    let run = interrupted(&[&audit[..], &["--all-contexts", "-o", "json"]].concat());
+    assert_eq!(run.code, 130, "{}", run.stderr);
+    let statuses: Vec<Value> = run.json()["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["status"].clone())
+        .collect();
+    assert_eq!(statuses, ["interrupted", "interrupted"]);
+
+    let preflight = [
+        "preflight",
+        "--all-pending",
+        "--allowlist",
+        &list,
+        "--kubeconfig",
+        &kubeconfig,
+        "-o",
+        "json",
+    ];
+    let run = interrupted(&preflight);
+    assert_eq!(run.code, 130, "{}", run.stderr);
+    assert!(run.json()["errors"].to_string().contains(said), "{}", run.stdout);
+}

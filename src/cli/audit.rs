@@ -4,6 +4,7 @@
 use clap::Args;
 
 use super::args::{ConnectionArgs, ContextArgs, Output, PolicyArgs};
+use super::interrupt::{self, Cut, Interrupt};
 use super::{client_runtime, judged_by, missing_allowlist, output_format, print_out, report_writer};
 use crate::allowlist;
 use crate::audit;
@@ -188,6 +189,7 @@ impl From<audit::AuditError> for Failed {
 fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::Writer<'_>) -> u8 {
     let args = run.args;
     let progress = super::progress::cluster_objects(args.quiet);
+    let interrupt = Interrupt::listen(runtime);
     let result = runtime.block_on(async {
         let read = async {
             let connection = audit::Connection::open(&args.clusters.settings()).await?;
@@ -197,7 +199,7 @@ fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::
                 .await?;
             Ok::<_, Failed>((connection, found))
         };
-        within(args.clusters.deadline(), read).await
+        interrupt.within(args.clusters.deadline(), read).await
     });
     progress.finish_and_clear();
     let (connection, mut found) = match result {
@@ -207,11 +209,15 @@ fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::
             return 2;
         }
         // What was written out stands; the document still ends, with why.
-        Err(late) => {
+        Err(cut) => {
             let mut report = report::Report::default();
-            report.errors.push(late);
+            let (why, code) = match cut {
+                Cut::Deadline(late) => (late, 2),
+                Cut::Interrupted => (interrupt::SAID.to_owned(), interrupt::EXIT),
+            };
+            report.errors.push(why);
             let _ = writer.finish(&mut report, None);
-            return 2;
+            return code;
         }
     };
     found.report.notes.push(read_note(&connection, &found));
@@ -316,19 +322,6 @@ impl Run<'_> {
         judged_by(&self.policy, &loaded.allowlist)?;
         Ok(loaded)
     }
-}
-
-/// What `read` gives, or (past `--cluster-deadline`) why it gave nothing.
-pub(super) async fn within<T>(
-    deadline: std::time::Duration,
-    read: impl std::future::Future<Output = T>,
-) -> Result<T, String> {
-    tokio::time::timeout(deadline, read).await.map_err(|_| {
-        format!(
-            "not read within --cluster-deadline {}",
-            humantime::format_duration(deadline)
-        )
-    })
 }
 
 /// What an audit read, and from where.

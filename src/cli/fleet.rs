@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::audit::{AuditArgs, Failed, Run, prepared, read_note, scope, within};
+use super::audit::{AuditArgs, Failed, Run, prepared, read_note, scope};
+use super::interrupt::{self, Cut, Interrupt};
 use super::progress;
 use crate::audit;
 use crate::fleet::{self, Status};
@@ -66,11 +67,19 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
     let mut shared = Shared::new();
     let bars = progress::Fleet::new(args.quiet);
     let deadline = args.clusters.deadline();
+    let interrupt = Interrupt::listen(runtime);
     runtime.block_on(async {
         let parts = writer.fragments();
         let reads = clusters.iter().map(|(context, also)| {
             let bar = bars.cluster(&context.name);
-            one(run, loaded.as_ref(), (context, also), parts, deadline, bar)
+            one(
+                run,
+                loaded.as_ref(),
+                (context, also),
+                parts,
+                (deadline, &interrupt),
+                bar,
+            )
         });
         let mut done = futures::stream::iter(reads).buffered(usize::from(args.clusters.parallel));
         let mut at = 0;
@@ -105,9 +114,20 @@ fn fleet(run: &Run<'_>, runtime: &tokio::runtime::Runtime, writer: Writer<'_>) -
             .into_iter()
             .map(|(note, clusters)| format!("{}: {note}", clusters.join(", "))),
     );
-    let extra = ending(&table, &told);
+    finish(writer, fleet_report, ending(&table, &told), &interrupt)
+}
+
+/// Ends the fleet's report (with the interruption, if one came) and gives
+/// the exit code.
+fn finish(writer: Writer<'_>, mut fleet_report: Report, extra: Extra, interrupt: &Interrupt) -> u8 {
+    if interrupt.happened() {
+        fleet_report.errors.push(interrupt::SAID.to_owned());
+    }
     let _ = writer.finish_with(&mut fleet_report, None, &extra);
-    report::exit_code(&fleet_report)
+    match interrupt.happened() {
+        true => interrupt::EXIT,
+        false => report::exit_code(&fleet_report),
+    }
 }
 
 /// Reads one cluster within `deadline`, its objects written to `part`
@@ -117,7 +137,7 @@ async fn one(
     loaded: Option<&crate::allowlist::Loaded>,
     (context, also): (&audit::Context, &[String]),
     parts: crate::output::Fragments,
-    deadline: Duration,
+    (deadline, interrupt): (Duration, &Interrupt),
     bar: indicatif::ProgressBar,
 ) -> Outcome {
     let mut cluster = fleet::Cluster {
@@ -146,7 +166,7 @@ async fn one(
             .await?;
         Ok::<_, Failed>((read_note(&connection, &found), found, part))
     };
-    let result = within(deadline, read).await;
+    let result = interrupt.within(deadline, read).await;
     bar.finish_and_clear();
     match result {
         Ok(Ok((note, found, part))) => {
@@ -178,9 +198,14 @@ async fn one(
             cluster.error = Some(failed.message);
             Outcome { cluster, read: None }
         }
-        Err(late) => {
+        Err(Cut::Deadline(late)) => {
             cluster.status = Status::Deadline;
             cluster.error = Some(late);
+            Outcome { cluster, read: None }
+        }
+        Err(Cut::Interrupted) => {
+            cluster.status = Status::Interrupted;
+            cluster.error = Some("not finished when the run was interrupted".to_owned());
             Outcome { cluster, read: None }
         }
     }

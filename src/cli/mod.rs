@@ -10,6 +10,7 @@ mod audit;
 mod check;
 mod environment;
 mod fleet;
+mod interrupt;
 mod preflight;
 mod progress;
 mod serve;
@@ -65,7 +66,8 @@ pub enum Command {
     /// rewritten or denied; 2 unusable flags, kubeconfig or allowlist (one
     /// that promotes nothing where it would deny every listed image
     /// included), the cluster unreachable, or a kind it serves could not be
-    /// read.
+    /// read; 130 interrupted (SIGINT or SIGTERM: the report ends with
+    /// that error, a fleet's unfinished clusters `interrupted`).
     Audit(Box<AuditArgs>),
     /// Delete the PolicyReports and Events that `audit` (and `preflight`)
     /// wrote.
@@ -88,7 +90,7 @@ pub enum Command {
     /// 0 safe to approve; 1 an object will be stale after the upgrade, or
     /// is already; 2 something could not be read (the cluster, a plan, a
     /// bundle), a plan not ready yet or not waiting for an approval, or
-    /// nothing judged.
+    /// nothing judged; 130 interrupted (SIGINT or SIGTERM).
     Preflight(Box<PreflightArgs>),
     /// Work with allowlist files.
     #[command(subcommand)]

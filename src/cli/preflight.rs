@@ -3,6 +3,7 @@
 use clap::Args;
 
 use super::args::{ContextArgs, Output, PolicyArgs};
+use super::interrupt::{self, Cut, Interrupt};
 use super::{client_runtime, print_out};
 use crate::allowlist;
 use crate::audit;
@@ -226,18 +227,29 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
     if args.clusters.fleet() {
         return fleet(args, &runtime, &inputs);
     }
-    let found = runtime.block_on(async {
+    single(args, &runtime, &inputs)
+}
+
+/// One cluster's pre-flight, told.
+fn single(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &preflight::Inputs<'_>) -> u8 {
+    let interrupt = Interrupt::listen(runtime);
+    let found = runtime.block_on(interrupt.or_stop(async {
         let connection = audit::Connection::open(&args.clusters.settings())
             .await
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>(preflight::run(&connection, &inputs).await)
-    });
+        Ok::<_, String>(preflight::run(&connection, inputs).await)
+    }));
     let found = match found {
-        Ok(f) => f,
-        Err(e) => {
+        Some(Ok(f)) => f,
+        Some(Err(e)) => {
             eprintln!("error: {e}");
             return 2;
         }
+        // Nothing is judged whole until the end: the document says only that.
+        None => preflight::Preflight {
+            errors: vec![interrupt::SAID.to_owned()],
+            ..Default::default()
+        },
     };
     let now = std::time::SystemTime::now();
     crate::output::say("error", "", &found.errors);
@@ -246,7 +258,10 @@ pub(super) fn run(args: &PreflightArgs) -> u8 {
         Output::Sarif => render::sarif(&found),
         Output::Text => render::text(&found, now),
     });
-    render::exit_code(&found)
+    match interrupt.happened() {
+        true => interrupt::EXIT,
+        false => render::exit_code(&found),
+    }
 }
 
 /// One cluster's pre-flight: its context and server, and the judgement or
@@ -272,6 +287,7 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
     };
     let deadline = args.clusters.deadline();
     let now = std::time::SystemTime::now();
+    let interrupt = &Interrupt::listen(runtime);
     let done: Vec<Judged> = runtime.block_on(async {
         use futures::StreamExt;
         let reads = clusters.iter().map(|(context, _)| async move {
@@ -285,9 +301,13 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
                     .map_err(|e| (Status::Config, e.to_string()))?;
                 Ok(preflight::run(&connection, inputs).await)
             };
-            let found = super::audit::within(deadline, read)
+            let found = interrupt
+                .within(deadline, read)
                 .await
-                .unwrap_or_else(|late| Err((Status::Deadline, late)));
+                .unwrap_or_else(|cut| match cut {
+                    Cut::Deadline(late) => Err((Status::Deadline, late)),
+                    Cut::Interrupted => Err((Status::Interrupted, interrupt::SAID.to_owned())),
+                });
             (context.name.clone(), context.server.clone(), found)
         });
         futures::stream::iter(reads)
@@ -309,7 +329,10 @@ fn fleet(args: &PreflightArgs, runtime: &tokio::runtime::Runtime, inputs: &prefl
             s
         }
     });
-    code
+    match interrupt.happened() {
+        true => interrupt::EXIT,
+        false => code,
+    }
 }
 
 /// Each cluster's pre-flight rendered: the worst exit code, the text, the

@@ -215,7 +215,7 @@ def test_a_missing_context_and_a_missing_namespace(stale):
     assert r.stderr.strip().endswith('no context "prod" (contexts: e2e)'), r.stderr
     r = audit(stale.kubeconfig, "-n", "no-such-namespace")
     assert r.returncode == 2
-    assert 'error: namespace "no-such-namespace" does not exist' in r.stdout, r.stdout
+    assert 'error: namespace "no-such-namespace" does not exist' in r.stderr, r.stdout + r.stderr
 
 
 def service_account_token(cluster: ControlPlane, namespace: str, name: str, *, expires_in: int) -> str:
@@ -266,8 +266,8 @@ def test_rbac_that_forbids_a_kind_is_exit_2_naming_the_kind(stale, auditor, tmp_
     assert (f'error: cannot list ServingRuntimes (serving.kserve.io/v1alpha1) in namespace "{MODELS}": '
             f'servingruntimes.serving.kserve.io is forbidden: User "system:serviceaccount:{MODELS}:auditor" '
             f'cannot list resource "servingruntimes" in API group "serving.kserve.io" in the namespace '
-            f'"{MODELS}" (403 Forbidden)') in r.stdout, r.stdout
-    assert "cannot list Deployments (apps/v1)" in r.stdout
+            f'"{MODELS}" (403 Forbidden)') in r.stderr, r.stdout + r.stderr
+    assert "cannot list Deployments (apps/v1)" in r.stderr
 
 
 def test_an_expired_token_is_refused_with_a_hint(stale, auditor, tmp_path):

@@ -275,16 +275,17 @@ def test_progress_is_drawn_on_a_terminal_only(incident):
 
 
 def test_what_cannot_be_read_is_exit_2_and_never_safe(incident):
+    # Errors are said on standard error (issue 58), whatever the format.
     code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/install-missing")
     assert code == 2, out + err
     assert f"error: InstallPlan {OPERATORS}/install-missing: the bundle of {NEW} cannot be read: " \
-           f"cannot get the bundle ConfigMap {MARKETPLACE}/bundle-gone" in out, out
-    code, out, _ = preflight(incident, "--installplan", f"{OPERATORS}/install-unpacking")
-    assert code == 2 and f"InstallPlan {OPERATORS}/install-unpacking is not ready yet: OLM is still unpacking" in out
-    code, out, _ = preflight(incident, "--installplan", f"{OPERATORS}/install-done")
-    assert code == 2 and "does not wait for an approval: approved already (phase Complete)" in out, out
-    code, out, _ = preflight(incident, "--installplan", f"{OPERATORS}/no-such-plan")
-    assert code == 2 and "cannot get InstallPlan" in out and "not found" in out, out
+           f"cannot get the bundle ConfigMap {MARKETPLACE}/bundle-gone" in err, out + err
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/install-unpacking")
+    assert code == 2 and f"InstallPlan {OPERATORS}/install-unpacking is not ready yet: OLM is still unpacking" in err
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/install-done")
+    assert code == 2 and "does not wait for an approval: approved already (phase Complete)" in err, out + err
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/no-such-plan")
+    assert code == 2 and "cannot get InstallPlan" in err and "not found" in err, out + err
 
 
 def test_a_hostile_bundle_is_not_judged_and_costs_little(incident, tmp_path):
@@ -388,8 +389,8 @@ def test_a_csv_file_and_a_bundle_are_judged_before_any_plan_exists(incident, tmp
     (runtime,) = [r for r in json.loads(out)["results"] if r["kind"] == "ServingRuntime"]
     assert runtime["images"][0]["promotions"][0]["origin"] == \
         f"ClusterServiceVersion {NEW} (pending in CSV file {file})", runtime
-    code, out, _ = preflight(incident, "--bundle", str(tmp_path))
-    assert code == 2 and "a registry+v1 bundle keeps its CSV in manifests/" in out, out
+    code, out, err = preflight(incident, "--bundle", str(tmp_path))
+    assert code == 2 and "a registry+v1 bundle keeps its CSV in manifests/" in err, out + err
     # Nothing promoted before a fresh install: in audit mode that is said,
     # not an error, as audit says it.
     other = tmp_path / "other.clusterserviceversion.yaml"
@@ -421,7 +422,7 @@ def test_a_catalogs_channel_head_or_a_named_version_is_the_target(incident):
     code, out, err = preflight(incident, *target, "--catalog-package", "other-operator")
     assert code == 2 and "--catalog needs exactly one --catalog-package" in err, out + err
     code, out, err = preflight(incident, *target, "--target-version", "9.9.9")
-    assert code == 2 and "no bundle in a channel at version or name '9.9.9'" in out, out + err
+    assert code == 2 and "no bundle in a channel at version or name '9.9.9'" in err, out + err
 
 
 @pytest.fixture(scope="module")
