@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::allowlist::Allowlist;
 use crate::judge::{ImageJudgement, ImageVerdict, Judgement, ObjectVerdict};
 use crate::objects::Role;
-use crate::policy::{Finding, Mode, Reason, Verdict};
+use crate::policy::{Finding, Mode, Reason, Verdict, audit_marker};
 use crate::published::{Counts, Published, State};
 use crate::reference;
 
@@ -170,9 +170,19 @@ pub struct Summary {
     pub rewrite: usize,
     pub deny: usize,
     pub skipped: usize,
+    /// In audit mode: the objects allowed that rewrite mode would rewrite,
+    /// and those it would deny.
+    #[serde(rename = "wouldRewrite", skip_serializing_if = "is_zero")]
+    pub would_rewrite: usize,
+    #[serde(rename = "wouldDeny", skip_serializing_if = "is_zero")]
+    pub would_deny: usize,
     /// Set by `--registry`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registry: Option<Counts>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Summary {
@@ -183,6 +193,8 @@ impl Summary {
         self.rewrite += other.rewrite;
         self.deny += other.deny;
         self.skipped += other.skipped;
+        self.would_rewrite += other.would_rewrite;
+        self.would_deny += other.would_deny;
         if let Some(counts) = other.registry {
             self.registry.get_or_insert_with(Counts::default).add_all(counts);
         }
@@ -191,7 +203,7 @@ impl Summary {
     /// `N objects checked: …`, as the text report ends; `fixed`: worded
     /// as `check --fix` words it.
     pub fn checked(&self, fixed: bool) -> String {
-        format!(
+        let mut line = format!(
             "{} object{} checked: {} allowed, {} {}, {} denied, {} skipped",
             self.objects,
             if self.objects == 1 { "" } else { "s" },
@@ -200,7 +212,14 @@ impl Summary {
             if fixed { "fixed" } else { "to rewrite" },
             self.deny,
             self.skipped
-        )
+        );
+        if self.would_rewrite + self.would_deny > 0 {
+            line.push_str(&format!(
+                " (audit: {} would be rewritten, {} denied)",
+                self.would_rewrite, self.would_deny
+            ));
+        }
+        line
     }
 }
 
@@ -370,6 +389,11 @@ impl Report {
     pub fn tally(&mut self, report: &ObjectReport) {
         *self.count(report.verdict) += 1;
         self.summary.objects += 1;
+        match report.images.iter().filter_map(|i| i.would_be).max() {
+            Some(Verdict::Deny) => self.summary.would_deny += 1,
+            Some(Verdict::Rewrite) => self.summary.would_rewrite += 1,
+            _ => {}
+        }
         if let Some(counts) = &mut self.summary.registry {
             for r in report.images.iter().filter_map(|i| i.registry.as_ref()) {
                 counts.add(r.state);
@@ -466,22 +490,25 @@ pub fn text_end(report: &Report, fixed: Option<usize>) -> String {
 pub fn object_lines(r: &ObjectReport, fixed: bool, out: &mut String) {
     let owners = owner_chain(&r.owners);
     for i in &r.images {
-        let shown = match (i.verdict, i.would_be) {
-            (ImageVerdict::Rewrite, _) if fixed => "fixed",
-            (v @ (ImageVerdict::Rewrite | ImageVerdict::Deny), _) => v.into(),
-            (_, Some(_)) => "audit",
+        let (shown, reason): (String, std::borrow::Cow<'_, str>) = match (i.verdict, i.would_be) {
+            (ImageVerdict::Rewrite, _) if fixed => ("fixed".into(), i.reason.as_str().into()),
+            (v @ (ImageVerdict::Rewrite | ImageVerdict::Deny), _) => {
+                (v.to_string(), i.reason.as_str().into())
+            }
+            // The reason says `what: audit: would V: why`; the line says
+            // the verdict once, in front: `audit: would V: what: why`.
+            (_, Some(v)) => {
+                let marker = audit_marker(v);
+                let reason = i.reason.replacen(&format!(": {marker}: "), ": ", 1);
+                (marker, reason.into())
+            }
             _ => continue,
         };
         let resolved = i
             .resolved
             .as_ref()
             .map_or(String::new(), |to| format!(" (its node runs {to})"));
-        let _ = writeln!(
-            out,
-            "{}{owners}: {shown}: {}{resolved}",
-            r.label(i.line),
-            i.reason
-        );
+        let _ = writeln!(out, "{}{owners}: {shown}: {reason}{resolved}", r.label(i.line));
     }
     registry_lines(r, &owners, out);
 }

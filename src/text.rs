@@ -103,6 +103,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// `one` when `n` is 1, else `many`: `"{n} cluster{}"`.
+pub fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -708,7 +708,7 @@ fn each_allowlist_format_decides() {
             fixture("05_"),
             1,
             // quay.io/opendatahub's image of that name is another image.
-            "repository quay.io/modh/openvino_model_server is not in the promoted-digest allowlist\n",
+            "repository quay.io/modh/openvino_model_server is not in the promoted-digest allowlist; to admit it, promote a digest of it",
         ),
     ];
     let lists = [
@@ -860,7 +860,7 @@ fn modes_and_env_vars() {
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(
-        stdout.contains(": audit: container \"ovms\": audit: would rewrite:"),
+        stdout.contains(": audit: would rewrite: container \"ovms\":"),
         "{stdout}"
     );
 
@@ -1850,4 +1850,35 @@ fn ctrl_c_ends_a_cluster_command_with_its_report_whole() {
     let run = interrupted(&preflight);
     assert_eq!(run.code, 130, "{}", run.stderr);
     assert!(run.json()["errors"].to_string().contains(said), "{}", run.stdout);
+}
+
+/// Issue 58: what a newcomer types first gets an answer that names the
+/// way on.
+#[test]
+fn first_commands_name_the_way_on() {
+    let serve = digest_gate(&["serve"], None);
+    assert_eq!(serve.code, 2);
+    assert!(
+        serve.stderr.contains("--tls-cert FILE --tls-key FILE") && serve.stderr.contains("or --dev"),
+        "{}",
+        serve.stderr
+    );
+    for (command, usage) in [
+        (&["allowlist", "lint"][..], "Usage: digest-gate allowlist lint"),
+        (&["allowlist", "verify"], "Usage: digest-gate allowlist verify"),
+        (&["check", "-f", "x.yaml"], "Usage: digest-gate check"),
+    ] {
+        let run = digest_gate(command, None);
+        assert_eq!(run.code, 2, "{command:?}");
+        assert!(
+            run.stderr.contains("--allowlist is required") && run.stderr.contains(usage),
+            "{command:?}: {}",
+            run.stderr
+        );
+    }
+    let help = digest_gate(&["preflight", "--help"], None).stdout;
+    assert!(
+        help.contains("writes nothing unless --annotate or --policy-reports asks"),
+        "{help}"
+    );
 }

@@ -415,7 +415,8 @@ mod tests {
                 allow: 0,
                 rewrite: 1,
                 deny: 0,
-                skipped: 1
+                skipped: 1,
+                ..Default::default()
             }
         );
         assert_eq!(o.still_denied, 0);

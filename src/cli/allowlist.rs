@@ -63,7 +63,7 @@ pub struct FilesArgs {
 
 impl FilesArgs {
     /// Every file named, `--allowlist` first; none is a usage error.
-    fn paths(&self) -> Vec<PathBuf> {
+    fn paths(&self, command: &str) -> Vec<PathBuf> {
         let paths: Vec<PathBuf> = self
             .allowlist
             .allowlists
@@ -72,7 +72,7 @@ impl FilesArgs {
             .cloned()
             .collect();
         if paths.is_empty() {
-            missing_allowlist();
+            missing_allowlist(&["allowlist", command]);
         }
         paths
     }
@@ -143,7 +143,7 @@ fn promotes_something(loaded: &Loaded, command: &str) -> Result<(), u8> {
 }
 
 fn run_convert(args: &FilesArgs, name: &str) -> u8 {
-    let paths = args.paths();
+    let paths = args.paths("convert");
     let loaded = match load(&paths, &args.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
@@ -160,7 +160,7 @@ fn run_convert(args: &FilesArgs, name: &str) -> u8 {
 }
 
 fn run_lint(args: &FilesArgs, strict: bool) -> u8 {
-    let loaded = match load(&args.paths(), &args.allowlist.catalog.options()) {
+    let loaded = match load(&args.paths("lint"), &args.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -185,7 +185,7 @@ fn run_lint(args: &FilesArgs, strict: bool) -> u8 {
 }
 
 fn run_verify(args: &VerifyArgs) -> u8 {
-    let paths = args.files.paths();
+    let paths = args.files.paths("verify");
     let loaded = match load(&paths, &args.files.allowlist.catalog.options()) {
         Ok(l) => l,
         Err(code) => return code,

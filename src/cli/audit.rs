@@ -121,7 +121,7 @@ pub(super) fn prepared(
     go: impl FnOnce(&Run<'_>, &tokio::runtime::Runtime, output::Writer<'_>) -> u8,
 ) -> u8 {
     if args.policy.allowlist.allowlists.is_empty() && args.csvs.allowlist_csv.is_empty() {
-        missing_allowlist();
+        missing_allowlist(&["audit"]);
     }
     let kinds = match kinds(&args.kinds) {
         Ok(k) => k,

@@ -48,7 +48,7 @@ pub struct CheckArgs {
 
 pub(super) fn run(args: &CheckArgs) -> u8 {
     if args.policy.allowlist.allowlists.is_empty() {
-        missing_allowlist();
+        missing_allowlist(&["check"]);
     }
     let loaded = match load(
         &args.policy.allowlist.allowlists,

@@ -261,8 +261,9 @@ fn ending(table: &fleet::Table, clusters: &[fleet::Cluster]) -> Extra {
         .map(|c| c.context.as_str())
         .collect();
     text.push_str(&format!(
-        "{} clusters: {} read wholly{}\n",
+        "{} cluster{}: {} read wholly{}\n",
         clusters.len(),
+        crate::text::plural(clusters.len(), "", "s"),
         clusters.len() - not_wholly.len(),
         if not_wholly.is_empty() {
             String::new()

@@ -80,7 +80,8 @@ pub enum Command {
     Cleanup(CleanupArgs),
     /// Judge an operator upgrade before it is approved: what a pending
     /// InstallPlan would leave on images the new release does not promote.
-    /// Reads with your credentials, writes nothing, never approves.
+    /// Reads with your credentials, never approves, and writes nothing
+    /// unless --annotate or --policy-reports asks.
     ///
     /// Each CSV the plan would install is judged on its own: every object
     /// of the cluster (every namespace unless -n or --namespace-selector),
@@ -154,13 +155,22 @@ fn judged_by(policy: &Policy, list: &crate::allowlist::Allowlist) -> Result<(), 
     Ok(())
 }
 
-fn missing_allowlist() -> ! {
-    Cli::command()
-        .error(
-            clap::error::ErrorKind::MissingRequiredArgument,
-            "--allowlist is required (a file or directory; repeatable)",
-        )
-        .exit()
+/// Exits 2: `--allowlist` missing, said with the usage of the command
+/// `path` names (`["allowlist", "lint"]`), not the top level's.
+fn missing_allowlist(path: &[&str]) -> ! {
+    let mut at = Cli::command();
+    // Built, each subcommand knows its whole name for the usage line.
+    at.build();
+    for name in path {
+        if let Some(sub) = at.find_subcommand(name).cloned() {
+            at = sub;
+        }
+    }
+    at.error(
+        clap::error::ErrorKind::MissingRequiredArgument,
+        "--allowlist is required (a file or directory; repeatable)",
+    )
+    .exit()
 }
 
 /// The report's writer; `None` (said) when SARIF's temporary file cannot

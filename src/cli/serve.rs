@@ -22,20 +22,10 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
     /// PEM certificate (chain) for the webhook port; reloaded when it changes.
-    #[arg(
-        long,
-        env = "DIGEST_GATE_TLS_CERT",
-        requires = "tls_key",
-        required_unless_present = "dev"
-    )]
+    #[arg(long, env = "DIGEST_GATE_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for --tls-cert.
-    #[arg(
-        long,
-        env = "DIGEST_GATE_TLS_KEY",
-        requires = "tls_cert",
-        required_unless_present = "dev"
-    )]
+    #[arg(long, env = "DIGEST_GATE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Development mode: generate a throwaway CA and localhost certificate, and
     /// use the bundled example allowlist unless --allowlist is given.
@@ -147,9 +137,17 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
         eprintln!("error: {e}");
         return 2;
     }
+    if !args.dev && (args.tls_cert.is_none() || args.tls_key.is_none()) {
+        // Said here rather than by clap, whose usage line would name only
+        // the key pair and never --dev.
+        eprintln!(
+            "error: serve needs the webhook's key pair, --tls-cert FILE --tls-key FILE (the chart mounts them), or --dev to try it here with a throwaway CA and the example allowlist"
+        );
+        return 2;
+    }
     let mut allowlists = args.policy.allowlist.allowlists.clone();
     if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() && !args.dev {
-        missing_allowlist();
+        missing_allowlist(&["serve"]);
     }
     let background = &args.server.audit;
     if background.preflight && (background.interval.is_zero() || args.server.csvs.allowlist_csv.is_empty()) {
@@ -174,13 +172,12 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
             Ok(files) => files,
             Err(code) => return code,
         }
-    } else if let (Some(cert), Some(key)) = (args.tls_cert.clone(), args.tls_key.clone()) {
-        (cert, key)
     } else {
-        // clap requires both unless --dev; a caller building the flags
-        // by hand gets the same words.
-        eprintln!("error: --tls-cert and --tls-key are required unless --dev");
-        return 2;
+        match (args.tls_cert.clone(), args.tls_key.clone()) {
+            (Some(cert), Some(key)) => (cert, key),
+            // Said above.
+            _ => return 2,
+        }
     };
     let inputs = server::Inputs {
         cert,

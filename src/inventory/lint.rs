@@ -144,8 +144,10 @@ fn catalogs(loaded: &Loaded) -> String {
                 String::new()
             };
             out.push_str(&format!(
-                "  channel {}: {} entries, {heads}{ranges}\n",
-                c.name, c.entries
+                "  channel {}: {} {}, {heads}{ranges}\n",
+                c.name,
+                c.entries,
+                crate::text::plural(c.entries, "entry", "entries")
             ));
         }
     }

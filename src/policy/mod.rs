@@ -8,6 +8,8 @@
 mod target;
 mod wording;
 
+pub use wording::audit_marker;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -754,6 +756,7 @@ spec:
     #[case::bare_digest(
         "sha256:7ef272bc7be866257b8126620e139d6e915ee962304d3eceba9c9d50d4e79767", Reason::Invalid,
         &["is a bare digest or image ID"], &["registry domain"])]
+    #[case::unlisted_says_what_to_write("quay.io/team/app:1", Reason::Unlisted, &["promote a digest of it", "exemptImages: [\"quay.io/team/app\"]", "--unlisted allow"], &["did you mean"])]
     #[case::another_organisation("quay.io/elsewhere/ovms-1:2", Reason::Unlisted, &["repository quay.io/elsewhere/ovms-1 is not"], &["did you mean"])]
     #[case::upper_case_host("Foo/bar:1", Reason::Unlisted, &["repository Foo/bar is not"], &["foo/bar"])]
     fn messages_point_the_right_way(

@@ -52,6 +52,24 @@ impl Reason {
     }
 }
 
+/// An unlisted repository's denial: why, and what to write, or which
+/// promoted repository was probably meant.
+fn unlisted(image: &str, repository: &str, suggestions: &[String]) -> String {
+    let mut s = format!("image '{image}': repository {repository} is not in the promoted-digest allowlist");
+    match suggestions.is_empty() {
+        false => s.push_str(&format!("; did you mean {}?", join_candidates(suggestions))),
+        true => s.push_str(&format!(
+            "; to admit it, promote a digest of it in the allowlist, exempt it (exemptImages: [\"{repository}\"], --exempt-image {repository}), or allow unlisted repositories (unlisted: allow, --unlisted allow)"
+        )),
+    }
+    s
+}
+
+/// `audit: would deny`: how audit mode words what it let through.
+pub fn audit_marker(verdict: Verdict) -> String {
+    format!("audit: would {verdict}")
+}
+
 impl Decision {
     /// Why this verdict, for people: names `what` (e.g. `container "ovms"`),
     /// the image, and what to do. Hostile input stays harmless here: long
@@ -68,7 +86,7 @@ impl Decision {
                 format!("{what}: {core}; enforce mode does not rewrite it")
             }
             (Mode::Audit, f) if f.verdict() != Verdict::Allow => {
-                format!("{what}: audit: would {}: {core}", f.verdict())
+                format!("{what}: {}: {core}", audit_marker(f.verdict()))
             }
             _ => format!("{what}: {core}"),
         }
@@ -189,15 +207,7 @@ impl Denial {
             Self::Unlisted {
                 repository,
                 suggestions,
-            } => {
-                let mut s = format!(
-                    "image '{image}': repository {repository} is not in the promoted-digest allowlist"
-                );
-                if !suggestions.is_empty() {
-                    s.push_str(&format!("; did you mean {}?", join_candidates(suggestions)));
-                }
-                s
-            }
+            } => unlisted(image, repository, suggestions),
             Self::UnknownTag { tag, candidates } => format!(
                 "image '{image}': tag '{tag}' is not a promoted tag; use {}",
                 join_candidates(candidates)

@@ -16,6 +16,7 @@ use crate::judge::ImageVerdict;
 use crate::reference::short_digest;
 use crate::registry::verify::Verification;
 use crate::report::{ObjectReport, UpgradeChange, owner_chain};
+use crate::text::plural;
 
 /// The exit code: never 0 for what was not read or not answered.
 pub fn exit_code(found: &Preflight) -> u8 {
@@ -101,10 +102,6 @@ pub fn verdict(t: &TargetOutcome) -> String {
             plural(n, " is", "s are")
         ),
     }
-}
-
-fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
-    if n == 1 { one } else { many }
 }
 
 /// How long ago an RFC 3339 time was, to the minute.
