@@ -16,6 +16,7 @@ mod cluster;
 pub mod credential;
 pub mod installed;
 mod judging;
+pub mod named;
 pub mod nodes;
 mod owners;
 pub mod write;

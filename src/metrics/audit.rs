@@ -67,6 +67,7 @@ pub enum LeaseTrouble {
 #[derive(Clone)]
 pub struct AuditMetrics {
     break_glass_namespaces: Gauge,
+    without_name_label: Gauge,
     audit_findings: Family<AuditLabels, Gauge>,
     audit_last_success: Gauge<f64, AtomicU64>,
     audit_duration: Histogram,
@@ -84,6 +85,12 @@ impl AuditMetrics {
                 r,
                 "break_glass_namespaces",
                 "Namespaces the last background audit found carrying the break-glass label (--audit-break-glass-label): the webhook does not review them",
+                Gauge::default(),
+            ),
+            without_name_label: add(
+                r,
+                "namespaces_without_name_label",
+                "Namespaces the webhook's entries select or exclude by their kubernetes.io/metadata.name label (--audit-named-namespaces) that exist without it, as last checked by the leader: the entries miss them (Kubernetes sets the label from 1.21 only)",
                 Gauge::default(),
             ),
             audit_findings: add(
@@ -215,11 +222,17 @@ impl AuditMetrics {
             self.images.clear();
             self.pending_upgrade_findings.clear();
             self.break_glass_namespaces.set(0);
+            self.without_name_label.set(0);
         }
     }
 
     /// The break-glass namespaces the last background audit found.
     pub fn break_glass_namespaces(&self, n: usize) {
         self.break_glass_namespaces.set(gauge_value(n));
+    }
+
+    /// The named namespaces found without their name label.
+    pub fn without_name_label(&self, n: usize) {
+        self.without_name_label.set(gauge_value(n));
     }
 }

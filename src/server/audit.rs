@@ -258,6 +258,7 @@ impl Auditor<'_> {
             Err(e) => Err(e),
         };
         let seconds = started.elapsed().as_secs_f64();
+        self.check_named().await;
         match result {
             Ok(found) => self.report(&found, seconds),
             Err(e) => {
@@ -269,6 +270,29 @@ impl Auditor<'_> {
             upgrades
                 .judge(self.connection, (self.policy, target, &self.writes), self.metrics)
                 .await;
+        }
+    }
+
+    /// Checks that the namespaces the webhook's entries name carry their
+    /// name label, and says which do not.
+    async fn check_named(&self) {
+        let names = &self.flags.named_namespaces;
+        if names.is_empty() {
+            return;
+        }
+        match audit::named::without_name_label(self.connection, names).await {
+            Ok(missing) => {
+                self.metrics.without_name_label(missing.len());
+                for namespace in &missing {
+                    tracing::warn!(
+                        namespace,
+                        label = audit::named::NAME_LABEL,
+                        "namespace without its name label: the webhook entries that select or exclude it by name miss it (Kubernetes sets the label from 1.21 only); label it: kubectl label namespace {namespace} {}={namespace}",
+                        audit::named::NAME_LABEL
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot check the namespaces the webhook selects by name"),
         }
     }
 

@@ -201,6 +201,17 @@ pub struct BackgroundArgs {
     /// approval from, and its findings are metrics.
     #[arg(long = "audit-preflight", env = "DIGEST_GATE_AUDIT_PREFLIGHT")]
     pub preflight: bool,
+    /// Namespaces the webhook's entries select or exclude by their
+    /// kubernetes.io/metadata.name label (the chart names them): each audit
+    /// checks that each one there carries it, as Kubernetes sets it from
+    /// 1.21 only, and says which do not (log, metric).
+    #[arg(
+        long = "audit-named-namespaces",
+        env = "DIGEST_GATE_AUDIT_NAMED_NAMESPACES",
+        value_name = "NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub named_namespaces: Vec<String>,
     /// Kubeconfig context for the audit and --allowlist-csv.
     #[arg(long, env = "DIGEST_GATE_CONTEXT")]
     pub context: Option<String>,

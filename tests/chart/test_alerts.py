@@ -274,6 +274,7 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
     loaded = s("digest_gate_last_successful_reload_timestamp_seconds", source="allowlist")
     denials = s("digest_gate_admission_requests_total", verdict="deny")
     glass = s("digest_gate_break_glass_namespaces")
+    unlabelled = s("digest_gate_namespaces_without_name_label")
     promoted = {state: s("digest_gate_promoted_images", state=state)
                 for state in ("ok", "missing", "not-runnable", "platform-missing", "unverifiable")}
     setup = s("digest_gate_registry_verification_errors_total", reason="setup")
@@ -358,6 +359,10 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
         case("DigestGatePendingUpgradeNotJudged", "2m", [(pending("not_judged"), "1x5")],
              [{"severity": "warning", "plan_namespace": "redhat-ods-operator", "package": "rhods-operator"}]),
         case("DigestGatePendingUpgradeNotJudged", "2m", [(pending("stale_after_upgrade"), "1x5")], []),
+        # A 1.20 cluster's operator namespace left unlabelled, then labelled.
+        case("DigestGateNamespaceWithoutNameLabel", "20m", [(unlabelled, "1x30")],
+             [{"severity": "warning", "namespace": ns}]),
+        case("DigestGateNamespaceWithoutNameLabel", "20m", [(unlabelled, "1x5 0x25")], []),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "1x90")], [{"severity": "warning", "namespace": ns}]),
         case("DigestGateBreakGlassInUse", "70m", [(glass, "0x90")], []),
     ]

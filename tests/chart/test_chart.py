@@ -946,6 +946,29 @@ def test_approvals_have_a_validating_entry_of_their_own_only_when_on(default_obj
         render({"audit": {"preflight": {"enabled": "yes"}}})
 
 
+def test_below_1_21_every_namespace_an_entry_names_is_labelled_and_checked():
+    """Issue 58: on 1.20 the approval gate selects the operators' namespaces
+    by a label nothing sets. The notes print the label command for every
+    namespace an entry selects or excludes by name (the operators' too),
+    and the background audit is told to check them."""
+    from test_golden import rendered
+    values = {"audit": {"enabled": True, "preflight": {"enabled": True}},
+              "allowlist": {"fromInstalledOperators": FROM_OPERATORS},
+              "webhook": {"excludeNamespaces": ["monitoring"]}}
+    text = rendered(values, "v1.20.0")
+    notes = text.split("/templates/NOTES.txt ===\n")[1].split("# === ")[0]
+    named = [NAMESPACE, "kube-system", "monitoring", "redhat-ods-applications", "opendatahub",
+             "redhat-ods-operator", "openshift-operators"]
+    for ns in named:
+        assert f"kubectl label namespace {ns} kubernetes.io/metadata.name={ns} --overwrite" in notes, (ns, notes)
+    # Those that may not exist on this cluster are labelled only if they do.
+    assert "kubectl get namespace opendatahub >/dev/null 2>&1 && kubectl label namespace opendatahub" in notes
+    assert "DigestGateNamespaceWithoutNameLabel" in notes
+    assert f"--audit-named-namespaces={','.join(named)}" in args(render(values))
+    # From 1.21 the label is Kubernetes' own: the notes say nothing of it.
+    assert "kubectl label namespace" not in rendered(values, "v1.28.0").split("/templates/NOTES.txt ===\n")[1].split("# === ")[0]
+
+
 def test_the_background_pre_flight_is_granted_what_it_reads_and_the_patch_it_writes():
     values = {"audit": {"enabled": True, "preflight": {"enabled": True}},
               "allowlist": {"fromInstalledOperators": FROM_OPERATORS}}

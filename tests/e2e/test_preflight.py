@@ -15,6 +15,7 @@ import base64
 import contextlib
 import gzip
 import json
+import os
 import pathlib
 import shlex
 import subprocess
@@ -692,10 +693,12 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     the reports and the Event back once the plan no longer waits; the
     approval is answered without anyone running preflight."""
     incident = report_crds
-    incident.kubectl("label", "namespace", OPERATORS, f"kubernetes.io/metadata.name={OPERATORS}", "--overwrite")
+    # As Kubernetes 1.20 leaves a namespace: no kubernetes.io/metadata.name,
+    # which the approval gate's entry selects the operators' namespace by.
+    incident.kubectl("label", "namespace", OPERATORS, "kubernetes.io/metadata.name-")
     name = "install-background"
     incident.apply(plan(name, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
-    release.install({"audit": {"enabled": True, "interval": "1h", "preflight": {"enabled": True},
+    installed = release.install({"audit": {"enabled": True, "interval": "1h", "preflight": {"enabled": True},
                                "policyReports": {"enabled": True},
                                "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}},
                      "allowlist": {"fromInstalledOperators": [{"namespace": OPERATORS}]},
@@ -714,6 +717,22 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
 
     judged = wait_until("the background pre-flight's judgement on the plan", lambda: judgement(name), timeout=90)
     assert judged["targets"] == [NEW] and judged["staleAfterUpgrade"] >= 2, judged
+    # Issue 58: unlabelled, the gate is silently not called: the approval of
+    # a plan judged to break things passes without a word from digest-gate.
+    # The audit says so before anyone approves: a metric and a log line.
+    assert release.pod.metric("digest_gate_namespaces_without_name_label") >= 1
+    log = release.pod.log_path.read_text()
+    assert "namespace without its name label" in log and f"kubectl label namespace {OPERATORS} " \
+        f"kubernetes.io/metadata.name={OPERATORS}" in log, log[-2000:]
+    r = approve(incident, name)
+    assert r.returncode == 0 and "digest-gate" not in r.stderr, r.stderr
+    # The install notes print what to run; run it as a reader would.
+    follow = [line.strip() for line in installed["notes"].splitlines()
+              if "kubectl" in line and f"namespace {OPERATORS} " in line]
+    assert follow, installed["notes"]
+    env = {**os.environ, "PATH": f"{incident.bin}:{os.environ['PATH']}", "KUBECONFIG": str(incident.kubeconfig)}
+    for line in follow:
+        subprocess.run(["bash", "-c", line], env=env, check=True, capture_output=True, timeout=60)
     # The plan whose bundle is gone and the one still unpacking are said in
     # the log, and hold no other plan's judgement back. The annotation is
     # written first in a round; the metric, the Event and the report after.
