@@ -13,7 +13,8 @@
 
 use std::io::Write;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -23,9 +24,12 @@ use prometheus_client::registry::Registry;
 
 /// Lines waiting to be written: a burst of reviews logs faster than a pipe
 /// drains for a moment, and the queue rides it out; past it a slow sink
-/// costs lines, never a review's time. At the few hundred bytes a decision
-/// line takes, about 1 MiB at most.
+/// costs lines, never a review's time.
 const QUEUE_LINES: usize = 4096;
+/// And their bytes: a decision line takes a few hundred, but a denial of
+/// thousands of images makes one of a megabyte, and 4096 of those would
+/// not fit the chart's memory limit. SECURITY.md's budget counts this.
+const QUEUE_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
@@ -86,6 +90,8 @@ enum Message {
 #[derive(Clone)]
 pub struct Sink {
     queue: SyncSender<Message>,
+    /// Bytes queued and not yet written.
+    queued: Arc<AtomicUsize>,
 }
 
 /// The one sink of this process, for [`flush`].
@@ -94,10 +100,12 @@ static INSTALLED: OnceLock<Sink> = OnceLock::new();
 /// A sink writing to `out` on a thread of its own (named `digest-gate-log`).
 pub fn spawn(out: impl Write + Send + 'static) -> std::io::Result<Sink> {
     let (queue, lines) = mpsc::sync_channel(QUEUE_LINES);
+    let queued = Arc::new(AtomicUsize::new(0));
+    let written = queued.clone();
     std::thread::Builder::new()
         .name("digest-gate-log".into())
-        .spawn(move || write_lines(lines, out))?;
-    Ok(Sink { queue })
+        .spawn(move || write_lines(lines, out, &written))?;
+    Ok(Sink { queue, queued })
 }
 
 /// The process's sink on standard error, made once.
@@ -109,13 +117,14 @@ pub fn stderr() -> std::io::Result<Sink> {
     Ok(INSTALLED.get_or_init(|| sink).clone())
 }
 
-fn write_lines(lines: Receiver<Message>, mut out: impl Write) {
+fn write_lines(lines: Receiver<Message>, mut out: impl Write, queued: &AtomicUsize) {
     for message in lines {
         match message {
             Message::Line(line) => {
                 if out.write_all(&line).is_err() {
                     lost(Lost::WriteFailed);
                 }
+                queued.fetch_sub(line.len(), Ordering::AcqRel);
             }
             Message::Flush(done) => {
                 let _ = out.flush();
@@ -136,12 +145,24 @@ pub fn flush(within: Duration) {
 impl Sink {
     /// Hands a line over; never waits.
     fn send(&self, line: Vec<u8>) {
+        let size = line.len();
+        if self.queued.fetch_add(size, Ordering::AcqRel) + size > QUEUE_BYTES {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            lost(Lost::QueueFull);
+            return;
+        }
         match self.queue.try_send(Message::Line(line)) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => lost(Lost::QueueFull),
+            Err(TrySendError::Full(_)) => {
+                self.queued.fetch_sub(size, Ordering::AcqRel);
+                lost(Lost::QueueFull)
+            }
             // The writer thread is gone (it never ends while a sender
             // lives, but a line must not panic if it did).
-            Err(TrySendError::Disconnected(_)) => lost(Lost::WriteFailed),
+            Err(TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(size, Ordering::AcqRel);
+                lost(Lost::WriteFailed)
+            }
         }
     }
 
@@ -203,7 +224,7 @@ impl<'s> tracing_subscriber::fmt::MakeWriter<'s> for Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     /// A sink whose writes wait until the test opens the gate, then fail
     /// or succeed as told.
@@ -257,6 +278,29 @@ mod tests {
         sink.flush(Duration::from_secs(10));
         let written = String::from_utf8(written.lock().unwrap().clone()).unwrap();
         assert!(written.starts_with("line 0\nline 1\n"), "{written:.40}");
+    }
+
+    #[test]
+    fn the_queue_holds_a_bounded_number_of_bytes() {
+        let open = Arc::new(Mutex::new(()));
+        let closed = open.lock().unwrap();
+        let sink = spawn(Stuck {
+            open: open.clone(),
+            fail: false,
+            written: Arc::default(),
+        })
+        .unwrap();
+        let before = lost_count(Lost::QueueFull);
+        // Megabyte lines (a denial of thousands of images): a handful fit.
+        let big = "x".repeat(1024 * 1024);
+        for _ in 0..16 {
+            line(&sink, &big);
+        }
+        assert!(sink.queued.load(Ordering::Acquire) <= QUEUE_BYTES + big.len());
+        assert!(lost_count(Lost::QueueFull) - before >= 10);
+        drop(closed);
+        sink.flush(Duration::from_secs(10));
+        assert_eq!(sink.queued.load(Ordering::Acquire), 0);
     }
 
     #[test]
