@@ -12,8 +12,8 @@
 //! (`digest_gate_log_write_errors_total`, by `reason`).
 
 use std::io::Write;
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 

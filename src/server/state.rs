@@ -142,3 +142,21 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that ended makes the replica unready, and a stop that
+    /// nobody asked for is told apart from a drain.
+    #[test]
+    fn a_stopped_listener_is_not_ready() {
+        let ready = Readiness::default();
+        assert_eq!(ready.check(), Ok(()));
+        ready.listener_stopped();
+        assert_eq!(ready.check(), Err("the webhook listener has stopped"));
+        assert!(ready.stopped_unasked());
+        ready.drain();
+        assert!(!ready.stopped_unasked(), "a drain stops the listener on purpose");
+    }
+}

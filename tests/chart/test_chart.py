@@ -703,7 +703,9 @@ def test_audit_flags_token_and_egress():
         assert flag in argv, (flag, argv)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is True
-    assert container(objects)["env"] == [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    assert container(objects)["env"] == [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                         {"name": "DIGEST_GATE_AUDIT_NAMED_NAMESPACES",
+                                          "value": f"{NAMESPACE},kube-system,redhat-ods-applications,opendatahub"}]
     (egress,) = one(objects, "NetworkPolicy")["spec"]["egress"]
     assert {p["port"] for p in egress["ports"]} == {443, 6443} and "to" not in egress
     pinned = render({"audit": {"enabled": True, "apiServer": {"cidrs": ["10.0.0.1/32"], "ports": [6443]}},
@@ -828,7 +830,7 @@ def test_registry_verification_flags_mounts_and_egress():
     assert {p["port"] for p in api["ports"]} == {443, 6443}
     assert registries == {"ports": [{"port": 443, "protocol": "TCP"}]}
     assert dns["to"] == [{"namespaceSelector": {}}]
-    assert [e["name"] for e in container(both)["env"]] == ["POD_NAME"]
+    assert [e["name"] for e in container(both)["env"]] == ["POD_NAME", "DIGEST_GATE_AUDIT_NAMED_NAMESPACES"]
     # Defaults: anonymous, no CA, any platform; an existing CA ConfigMap
     # (OpenShift's injected trusted bundle).
     plain = render({"allowlist": {"verifyRegistry": {"enabled": True,
@@ -964,7 +966,10 @@ def test_below_1_21_every_namespace_an_entry_names_is_labelled_and_checked():
     # Those that may not exist on this cluster are labelled only if they do.
     assert "kubectl get namespace opendatahub >/dev/null 2>&1 && kubectl label namespace opendatahub" in notes
     assert "DigestGateNamespaceWithoutNameLabel" in notes
-    assert f"--audit-named-namespaces={','.join(named)}" in args(render(values))
+    # As a variable, not a flag: an older image ignores it rather than
+    # refusing to start.
+    env = {v["name"]: v.get("value") for v in container(render(values))["env"]}
+    assert env["DIGEST_GATE_AUDIT_NAMED_NAMESPACES"] == ",".join(named)
     # From 1.21 the label is Kubernetes' own: the notes say nothing of it.
     assert "kubectl label namespace" not in rendered(values, "v1.28.0").split("/templates/NOTES.txt ===\n")[1].split("# === ")[0]
 
