@@ -1837,6 +1837,24 @@ fn ctrl_c_ends_a_cluster_command_with_its_report_whole() {
         .collect();
     assert_eq!(statuses, ["interrupted", "interrupted"]);
 
+    // One cluster in a fleet's text: counted as one.
+    let (alone, _held_alone) = hanging_clusters(&scratch("interrupt-alone"), &["east"]);
+    let run = interrupted(&[
+        "audit",
+        "-A",
+        "--allowlist",
+        &list,
+        "--kubeconfig",
+        &alone,
+        "--all-contexts",
+    ]);
+    assert_eq!(run.code, 130, "{}", run.stderr);
+    assert!(
+        run.stdout.ends_with("1 cluster: 0 read wholly, 1 not: east\n"),
+        "{}",
+        run.stdout
+    );
+
     let preflight = [
         "preflight",
         "--all-pending",
