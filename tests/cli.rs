@@ -1850,7 +1850,7 @@ fn ctrl_c_ends_a_cluster_command_with_its_report_whole() {
     ]);
     assert_eq!(run.code, 130, "{}", run.stderr);
     assert!(
-        run.stdout.ends_with("1 cluster: 0 read wholly, 1 not: east\n"),
+        run.stdout.contains("\n1 cluster: 0 read wholly, 1 not: east\n"),
         "{}",
         run.stdout
     );
