@@ -12,6 +12,10 @@ both with min/median/max over the runs, the ratios, p99 at half of the
 maximum throughput, one HTTP/2 run, and a latency-versus-concurrency sweep,
 written to target/bench-load/ (results.json, report.md, latency.svg).
 
+With --baseline OTHER_BINARY (another build of digest-gate, e.g. main's in a
+git worktree) it joins the alternation and the ratios against it are reported;
+--ab-only stops after the alternating runs.
+
 Only 127.0.0.1 is used; every run is bounded in time.
 """
 
@@ -32,6 +36,7 @@ import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 UID_ONLY = "null, uid only"
+BASELINE = "digest-gate, baseline"
 OUT = ROOT / "target" / "bench-load"
 
 
@@ -86,13 +91,17 @@ def prepare(entries: int) -> dict:
 
 
 class Server:
+    # The other build --baseline names.
+    baseline: str | None = None
+
     def __init__(self, name: str, files: dict):
         self.name = name
         self.port = free_port()
         self.admin = free_port()
         release = ROOT / "target" / "release"
-        if name == "digest-gate":
-            argv = [str(release / "digest-gate"), "serve", "--tls-cert", str(files["certs"] / "tls.crt"),
+        if name in ("digest-gate", BASELINE):
+            binary = Server.baseline if name == BASELINE else str(release / "digest-gate")
+            argv = [binary, "serve", "--tls-cert", str(files["certs"] / "tls.crt"),
                     "--tls-key", str(files["certs"] / "tls.key"), "--allowlist", str(files["allowlist"]),
                     "--listen", f"127.0.0.1:{self.port}", "--admin-listen", f"127.0.0.1:{self.admin}",
                     "--log-format", "json"]
@@ -151,7 +160,7 @@ def run(name: str, files: dict, **kw) -> dict:
         oha(url, files, seconds=2, connections=kw.get("connections", 32), http2=kw.get("http2", False))  # warm-up
         result = oha(url, files, **kw)
         result["peak_rss_mib"] = server.peak_rss_mib()
-        if name == "digest-gate":
+        if name in ("digest-gate", BASELINE):
             with urllib.request.urlopen(f"http://127.0.0.1:{server.admin}/metrics", timeout=5) as r:
                 metrics = r.read().decode()
             result["allowlist_repositories"] = next(
@@ -207,10 +216,15 @@ def main():
     ap.add_argument("--sweep", default="1,2,4,8,16,32,64", help="connection counts for the latency sweep")
     ap.add_argument("--half-rate-connections", type=int, default=8,
                     help="connections for the run at half of the maximum throughput (default 8)")
+    ap.add_argument("--baseline", help="another digest-gate binary to compare with, in the same alternation")
+    ap.add_argument("--ab-only", action="store_true", help="stop after the alternating runs")
     args = ap.parse_args()
     files = prepare(args.entries)
     names = ["digest-gate", "null webhook"]
     ab_names = names + [UID_ONLY]
+    if args.baseline:
+        Server.baseline = args.baseline
+        ab_names.append(BASELINE)
     results: dict = {"machine": {"cpus": os.cpu_count(), "uname": " ".join(os.uname())},
                      "allowlist_repositories": files["lines"], "runs": {n: [] for n in ab_names}}
 
@@ -233,6 +247,16 @@ def main():
               "p50": dg["p50_ms"]["median"] / null["p50_ms"]["median"],
               "p99": dg["p99_ms"]["median"] / null["p99_ms"]["median"],
               "peak_rss": dg["peak_rss_mib"]["max"] / null["peak_rss_mib"]["max"]}
+    if args.baseline:
+        base = summary[BASELINE]
+        ratios.update({"throughput_vs_baseline": dg["rps"]["median"] / base["rps"]["median"],
+                       "p50_vs_baseline": dg["p50_ms"]["median"] / base["p50_ms"]["median"],
+                       "p99_vs_baseline": dg["p99_ms"]["median"] / base["p99_ms"]["median"]})
+    if args.ab_only:
+        results.update({"summary": summary, "ratios": ratios})
+        (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps({"summary": summary, "ratios": ratios}, indent=2))
+        return
     # p99 at half of digest-gate's maximum throughput, by rate limiting.
     half = dg["rps"]["median"] / 2
     half_rate = {n: run(n, files, seconds=args.duration, connections=args.half_rate_connections, rate=half)
@@ -261,10 +285,13 @@ def main():
         row("digest-gate", dg),
         row("null webhook", null),
         row(UID_ONLY, floor),
+        *([row(BASELINE, summary[BASELINE])] if args.baseline else []),
         "",
         f"Ratios (digest-gate / null webhook, medians): throughput {ratios['throughput']:.3f}, "
         f"p50 {ratios['p50']:.3f}, p99 {ratios['p99']:.3f}, peak RSS {ratios['peak_rss']:.2f}; "
         f"throughput against the uid-only floor {ratios['throughput_vs_uid_only']:.3f}",
+        *([f"Against the baseline build ({args.baseline}): throughput {ratios['throughput_vs_baseline']:.3f}, "
+           f"p50 {ratios['p50_vs_baseline']:.3f}, p99 {ratios['p99_vs_baseline']:.3f}"] if args.baseline else []),
         "",
         f"At half of digest-gate's maximum ({half:.0f} req/s, {args.half_rate_connections} connections): "
         f"digest-gate p99 {half_rate['digest-gate']['p99_ms']:.2f} ms, "
