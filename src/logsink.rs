@@ -35,21 +35,14 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
-/// Why a line was not written: the `reason` label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lost {
-    /// The queue was full: the sink is slower than the server logs.
-    QueueFull,
-    /// The sink refused the write (a closed pipe, a full disk).
-    WriteFailed,
-}
-
-impl Lost {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::QueueFull => "queue_full",
-            Self::WriteFailed => "write_failed",
-        }
+vocabulary! {
+    "snake_case";
+    /// Why a line was not written: the `reason` label.
+    pub enum Lost {
+        /// The queue was full: the sink is slower than the server logs.
+        QueueFull,
+        /// The sink refused the write (a closed pipe, a full disk).
+        WriteFailed,
     }
 }
 
@@ -57,20 +50,25 @@ impl Lost {
 /// by every metrics registry made in it.
 static LOST: LazyLock<Family<ReasonLabels, Counter>> = LazyLock::new(Family::default);
 
-fn lost(why: Lost) {
-    LOST.get_or_create(&ReasonLabels { reason: why.as_str() }).inc();
+fn labels(why: Lost) -> ReasonLabels {
+    ReasonLabels { reason: why.into() }
+}
+
+/// Counts `lines` lost for `why`.
+fn lost(why: Lost, lines: usize) {
+    LOST.get_or_create(&labels(why)).inc_by(lines as u64);
 }
 
 /// Lines lost so far for `why`.
 pub fn lost_count(why: Lost) -> u64 {
-    LOST.get_or_create(&ReasonLabels { reason: why.as_str() }).get()
+    LOST.get_or_create(&labels(why)).get()
 }
 
 /// Registers `digest_gate_log_write_errors_total` (both reasons, so a
 /// dashboard sees zeros rather than no series).
 pub fn register(registry: &mut Registry) {
-    for why in [Lost::QueueFull, Lost::WriteFailed] {
-        drop(LOST.get_or_create(&ReasonLabels { reason: why.as_str() }));
+    for &why in <Lost as strum::VariantArray>::VARIANTS {
+        drop(LOST.get_or_create(&labels(why)));
     }
     registry.register(
         "log_write_errors",
@@ -154,10 +152,7 @@ fn write_lines(shared: &Shared, mut out: impl Write) {
             )
         };
         if !batch.is_empty() && out.write_all(&batch).is_err() {
-            LOST.get_or_create(&ReasonLabels {
-                reason: Lost::WriteFailed.as_str(),
-            })
-            .inc_by(lines as u64);
+            lost(Lost::WriteFailed, lines);
         }
         batch.clear();
         if !flushes.is_empty() {
@@ -194,7 +189,7 @@ impl Sink {
             let mut pending = self.shared.lock();
             if pending.lines >= QUEUE_LINES || pending.bytes.len() + line.len() > QUEUE_BYTES {
                 drop(pending);
-                lost(Lost::QueueFull);
+                lost(Lost::QueueFull, 1);
                 return;
             }
             pending.bytes.extend_from_slice(line);

@@ -75,8 +75,11 @@ fn wait_exit(child: &mut Child, within: Duration) -> (i32, String) {
     let deadline = Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
+            // Empty when the test has taken (and closed) the pipe.
             let mut stderr = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            if let Some(mut pipe) = child.stderr.take() {
+                pipe.read_to_string(&mut stderr).unwrap();
+            }
             return (status.code().unwrap_or(-1), stderr);
         }
         if Instant::now() > deadline {
@@ -85,6 +88,15 @@ fn wait_exit(child: &mut Child, within: Duration) -> (i32, String) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The first JSON log line whose message is `message`.
+fn log_line(stderr: &str, message: &str) -> Value {
+    stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["message"] == message)
+        .unwrap_or_else(|| panic!("no \"{message}\" line in {stderr}"))
 }
 
 #[tokio::test]
@@ -107,11 +119,7 @@ async fn dev_mode_serves_a_review_and_drains_on_sigterm() {
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("development mode: throwaway CA at"), "{stderr}");
     // One JSON line per decision, with what an operator greps for.
-    let decision: Value = stderr
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["message"] == "review answered")
-        .unwrap_or_else(|| panic!("no decision line in {stderr}"));
+    let decision = log_line(&stderr, "review answered");
     for (field, want) in [
         ("kind", "ServingRuntime"),
         ("namespace", "demo-models"),
@@ -169,18 +177,8 @@ async fn a_closed_log_pipe_costs_lines_not_reviews_or_signals() {
         .unwrap_or_else(|| panic!("no write_failed count in {metrics}"));
     assert!(failed >= 3, "each decision line lost is counted: {failed}");
     signal(&s.child, "-TERM");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = s.child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = s.child.kill();
-            panic!("SIGTERM did not stop a server whose log pipe is closed");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0), "the drain ends as usual");
+    let (code, _) = wait_exit(&mut s.child, Duration::from_secs(15));
+    assert_eq!(code, 0, "the drain ends as usual");
 }
 
 #[tokio::test]
@@ -291,11 +289,7 @@ async fn audit_mode_may_start_from_an_empty_allowlist_and_exemptions_apply() {
     assert_eq!(code, 0, "{stderr}");
     // Issue 58: the decision line says what enforce would have done, in
     // the warning's words; before, it said only `"verdict":"allow"`.
-    let decision: Value = stderr
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["message"] == "review answered")
-        .unwrap_or_else(|| panic!("no decision line in {stderr}"));
+    let decision = log_line(&stderr, "review answered");
     assert_eq!(decision["verdict"], "allow", "{decision}");
     assert_eq!(decision["would_enforce"], "deny", "{decision}");
     assert_eq!(decision["would_rewrite"], "deny", "{decision}");
@@ -432,11 +426,7 @@ fn dev_mode_listens_on_loopback_by_default() {
     signal(&child, "-TERM");
     let (code, stderr) = wait_exit(&mut child, Duration::from_secs(15));
     assert_eq!(code, 0, "{stderr}");
-    let serving: Value = stderr
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["message"] == "digest-gate serving")
-        .unwrap_or_else(|| panic!("no start-up line in {stderr}"));
+    let serving = log_line(&stderr, "digest-gate serving");
     assert_eq!(serving["webhook"], "127.0.0.1:8443", "{serving}");
     assert_eq!(serving["admin"], admin.to_string(), "{serving}");
 }

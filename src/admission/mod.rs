@@ -111,13 +111,17 @@ pub struct Answer {
 pub struct Would {
     /// The object's verdict in rewrite mode.
     pub rewrite: ObjectVerdict,
-    /// In enforce mode (which denies what rewrite would rewrite).
-    pub enforce: ObjectVerdict,
     /// Why, in the warnings' words (one per image).
     pub why: Vec<String>,
 }
 
 impl Would {
+    /// The object's verdict in enforce mode: denied, as enforce denies
+    /// what rewrite would rewrite as well as what it would deny.
+    pub fn enforce(&self) -> ObjectVerdict {
+        ObjectVerdict::Deny
+    }
+
     /// `None` when every mode would have allowed the object.
     fn of(j: &Judgement, warnings: &[String]) -> Option<Self> {
         let rewrite = match j.images.iter().map(ImageJudgement::would_be).max() {
@@ -127,7 +131,6 @@ impl Would {
         };
         Some(Self {
             rewrite,
-            enforce: ObjectVerdict::Deny,
             why: warnings.to_vec(),
         })
     }

@@ -137,14 +137,18 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
         eprintln!("error: {e}");
         return 2;
     }
-    if !args.dev && (args.tls_cert.is_none() || args.tls_key.is_none()) {
-        // Said here rather than by clap, whose usage line would name only
-        // the key pair and never --dev.
-        eprintln!(
-            "error: serve needs the webhook's key pair, --tls-cert FILE --tls-key FILE (the chart mounts them), or --dev to try it here with a throwaway CA and the example allowlist"
-        );
-        return 2;
-    }
+    // The key pair given, or None for --dev's; said here rather than by
+    // clap, whose usage line would name only the key pair and never --dev.
+    let given_pair = match (args.dev, args.tls_cert.clone(), args.tls_key.clone()) {
+        (true, _, _) => None,
+        (false, Some(cert), Some(key)) => Some((cert, key)),
+        (false, _, _) => {
+            eprintln!(
+                "error: serve needs the webhook's key pair, --tls-cert FILE --tls-key FILE (the chart mounts them), or --dev to try it here with a throwaway CA and the example allowlist"
+            );
+            return 2;
+        }
+    };
     let mut allowlists = args.policy.allowlist.allowlists.clone();
     if allowlists.is_empty() && args.server.csvs.allowlist_csv.is_empty() && !args.dev {
         missing_allowlist(&["serve"]);
@@ -157,7 +161,9 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
         return 2;
     }
     let mut bound = None;
-    let (cert, key) = if args.dev {
+    let (cert, key) = if let Some(pair) = given_pair {
+        pair
+    } else {
         dev_addresses(&mut args.server, &given);
         // Bound before anything is written: a second `serve --dev` whose
         // ports are taken must not replace the running one's CA.
@@ -171,12 +177,6 @@ pub(super) fn run(mut args: ServeArgs, given: Given) -> u8 {
         match dev_files(&args, &mut allowlists) {
             Ok(files) => files,
             Err(code) => return code,
-        }
-    } else {
-        match (args.tls_cert.clone(), args.tls_key.clone()) {
-            (Some(cert), Some(key)) => (cert, key),
-            // Said above.
-            _ => return 2,
         }
     };
     let inputs = server::Inputs {

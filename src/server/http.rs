@@ -313,7 +313,7 @@ fn answer(
         // why (the warnings' words); absent when nothing would have
         // happened.
         would_rewrite = answer.would.as_ref().map(|w| w.rewrite.as_str()),
-        would_enforce = answer.would.as_ref().map(|w| w.enforce.as_str()),
+        would_enforce = answer.would.as_ref().map(|w| w.enforce().as_str()),
         would = answer.would.as_ref().map(|w| w.why.join("; ")),
         // Evaluated only when the line is written.
         promoted_by = answer

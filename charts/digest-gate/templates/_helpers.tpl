@@ -65,6 +65,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
 {{- end }}
 
+{{/* The namespaces every entry excludes by name, as a JSON list: the
+release namespace, kube-system and webhook.excludeNamespaces. */}}
+{{- define "digest-gate.excludedNamespaces" -}}
+{{- concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces | uniq | toJson }}
+{{- end }}
+
+{{/* The installed operators' namespaces (allowlist.fromInstalledOperators),
+each once, as a JSON list. */}}
+{{- define "digest-gate.operatorNamespaces" -}}
+{{- $namespaces := list }}
+{{- range .Values.allowlist.fromInstalledOperators }}
+{{- $namespaces = append $namespaces .namespace }}
+{{- end }}
+{{- $namespaces | uniq | toJson }}
+{{- end }}
+
 {{/*
 Namespace selection, called with (dict "root" $ "selector" SELECTOR): the
 entry's selector, plus an exclusion of the release namespace and kube-system
@@ -74,7 +90,7 @@ namespaceSelector and always reach the webhook.
 */}}
 {{- define "digest-gate.selectorExcluding" -}}
 {{- $root := .root }}
-{{- $excluded := concat (list $root.Release.Namespace "kube-system") $root.Values.webhook.excludeNamespaces | uniq }}
+{{- $excluded := include "digest-gate.excludedNamespaces" $root | fromJsonArray }}
 {{- $exprs := list }}
 {{- range .selector.matchExpressions }}
 {{- $exprs = append $exprs . }}
@@ -101,7 +117,7 @@ hand (NOTES.txt prints how) or their entries silently miss them, and serve's
 background audit checks each carries it (--audit-named-namespaces).
 */}}
 {{- define "digest-gate.namedNamespaces" -}}
-{{- $names := concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces }}
+{{- $names := include "digest-gate.excludedNamespaces" . | fromJsonArray }}
 {{- $cm := .Values.webhook.configMaps }}
 {{- $selectors := list .Values.webhook.namespaceSelector }}
 {{- if and (kindIs "map" $cm) $cm.enabled }}
@@ -124,9 +140,7 @@ background audit checks each carries it (--audit-named-namespaces).
 {{- end }}
 {{- $pf := .Values.audit.preflight }}
 {{- if and (kindIs "map" $pf) $pf.enabled }}
-{{- range .Values.allowlist.fromInstalledOperators }}
-{{- $names = append $names .namespace }}
-{{- end }}
+{{- $names = concat $names (include "digest-gate.operatorNamespaces" . | fromJsonArray) }}
 {{- end }}
 {{- $names | uniq | toJson }}
 {{- end }}
@@ -240,14 +254,11 @@ Templates' entries, with namespaces and a failure policy of their own.
 {{- /* An operator upgrade's approval, answered from the pre-flight's judgement
 on the plan: UPDATEs of InstallPlans in the installed operators' namespaces
 only, never blocked by the webhook being down. */}}
-{{- $namespaces := list }}
-{{- range $root.Values.allowlist.fromInstalledOperators }}
-{{- $namespaces = append $namespaces .namespace }}
-{{- end }}
+{{- $namespaces := include "digest-gate.operatorNamespaces" $root | fromJsonArray }}
 {{- if not $namespaces }}
 {{- fail "audit.preflight.enabled answers the approvals of the installed operators' upgrades: name their namespaces in allowlist.fromInstalledOperators" }}
 {{- end }}
-{{- $operators := dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" ($namespaces | uniq))) }}
+{{- $operators := dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $namespaces)) }}
 {{- $rules := list (dict "operations" (list "UPDATE") "apiGroups" (list "operators.coreos.com") "apiVersions" (list "v1alpha1") "resources" (list "installplans") "scope" "Namespaced") | toYaml }}
 {{- $entry := dict "name" "-approvals" "path" "/validate-approval" "failurePolicy" "Ignore" "exactSelector" $operators "rules" $rules }}
 {{- if $matchConditions }}
