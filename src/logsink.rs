@@ -286,6 +286,17 @@ mod tests {
         w.write_all(text.as_bytes()).unwrap();
     }
 
+    /// Hands the writer a first line ("line 0") and waits until it has
+    /// taken it: from then on it is blocked in the stuck sink, and what the
+    /// test sends only queues (without this the writer could take its
+    /// first batch at any point of the test's flood).
+    fn blocked(sink: &Sink) {
+        line(sink, "line 0\n");
+        while sink.shared.lock().lines > 0 {
+            std::thread::yield_now();
+        }
+    }
+
     #[test]
     fn a_sink_that_stops_costs_lines_not_time() {
         let open = Arc::new(Mutex::new(()));
@@ -298,10 +309,10 @@ mod tests {
         })
         .unwrap();
         let before = lost_count(Lost::QueueFull);
-        // The writer takes what is queued when it wakes and blocks on it;
-        // QUEUE_LINES more wait, the rest are dropped at once: the loop
-        // returns although the sink never accepts a byte.
-        for i in 0..2 * QUEUE_LINES + 100 {
+        blocked(&sink);
+        // QUEUE_LINES wait, the rest are dropped at once: the loop returns
+        // although the sink never accepts a byte.
+        for i in 1..2 * QUEUE_LINES + 100 {
             line(&sink, &format!("line {i}\n"));
         }
         assert_eq!(sink.shared.lock().lines, QUEUE_LINES, "the queue is full");
@@ -323,6 +334,7 @@ mod tests {
         })
         .unwrap();
         let before = lost_count(Lost::QueueFull);
+        blocked(&sink);
         // Megabyte lines (a denial of thousands of images): a handful fit.
         let big = "x".repeat(1024 * 1024);
         for _ in 0..16 {
