@@ -38,7 +38,8 @@ label_values!(
     Reloaded,
     State,
     Trouble,
-    LeaseTrouble
+    LeaseTrouble,
+    Unjudged
 );
 
 /// Labels of a judged admission request.
@@ -86,7 +87,7 @@ struct ReasonLabels {
 pub use crate::objects::kind_label;
 
 mod audit;
-pub use audit::{AuditMetrics, LeaseTrouble};
+pub use audit::{AuditMetrics, LeaseTrouble, Unjudged};
 
 /// A closed-set label for an operation.
 pub fn operation_label(operation: &str) -> &'static str {

@@ -103,6 +103,11 @@ struct Serve {
 
 impl Serve {
     fn start(name: &str) -> Self {
+        Self::start_with(name, &[])
+    }
+
+    /// [`Serve::start`], with more flags.
+    fn start_with(name: &str, flags: &[&str]) -> Self {
         let cgroup = Cgroup::new(name, CHART_LIMIT_MIB << 20);
         if cgroup.is_none() {
             eprintln!("no memory cgroup here: peaks are checked, the limit is not applied");
@@ -119,6 +124,7 @@ impl Serve {
             .args(["--listen", &webhook.to_string()])
             .args(["--admin-listen", &admin.to_string()])
             .args(["--log-level", "warn"])
+            .args(flags)
             .env_remove("DIGEST_GATE_ALLOWLIST")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -334,6 +340,48 @@ async fn an_approval_too_large_to_read_is_denied() {
         message.starts_with("the object holds more than 65536 values"),
         "{message}"
     );
+}
+
+/// Issue 59: a judgement forged on the plan (anyone who may patch it could
+/// write one before the guard) reaches the approver short and escaped: a
+/// million findings, 600,000 named (as many as fit twice in a body, on the
+/// plan and the plan as it was), and a `judgedAt` of terminal escapes:
+/// such a body gave 1.19 million
+/// warnings (20 MB) in rewrite mode, and a denial that erased its own
+/// "Forbidden" line on a terminal in enforce mode.
+#[tokio::test]
+async fn a_forged_judgement_is_answered_short_and_escaped() {
+    let judged = json!({"judgedAt": "\u{1b}[2K\r\u{1b}[32minstallplan.operators.coreos.com/x patched\u{1b}[0m",
+                        "targets": ["t"], "staleAfterUpgrade": 1_000_000, "named": vec!["x"; 600_000]});
+    let plan = |approved: bool| {
+        json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "InstallPlan",
+               "metadata": {"name": "install-x", "namespace": "ops",
+                            "annotations": {"digest-gate.dev/preflight": judged.to_string()}},
+               "spec": {"approved": approved, "approval": "Manual"}})
+    };
+    let body = serde_json::to_vec(&review("bounds", "UPDATE", &plan(true), Some(&plan(false)))).unwrap();
+    assert!(body.len() > 4 << 20, "{}", body.len());
+    for (mode, flags) in [
+        ("rewrite", &[][..]),
+        ("enforce", &["--kind-mode", "InstallPlan=enforce"][..]),
+    ] {
+        let serve = Serve::start_with(&format!("forged-{mode}"), flags);
+        let (status, answer) = serve.post_to("/validate-approval", body.clone()).await;
+        assert_eq!(status, 200, "{mode}");
+        assert!(answer.len() < 8 << 10, "{mode}: a {}-byte answer", answer.len());
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        let response = &answer["response"];
+        let mut said: Vec<&str> = response["warnings"]
+            .as_array()
+            .map(|w| w.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        said.extend(response["status"]["message"].as_str());
+        assert!(!said.is_empty() && said.len() <= 16, "{mode}: {said:?}");
+        for line in said {
+            assert!(!line.contains(char::is_control), "{mode}: {line:?}");
+        }
+        assert_eq!(response["allowed"], mode == "rewrite", "{mode}");
+    }
 }
 
 /// `check` on one file: its peak in KiB, its exit code and what it

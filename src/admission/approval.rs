@@ -11,21 +11,31 @@
 //! pull. In `enforce` mode for InstallPlans the approval is denied, naming
 //! them; in `rewrite` and `audit` it is allowed with a warning that says the
 //! same. [`ACKNOWLEDGED_ANNOTATION`] (its value the person's reason) lets it
-//! through, recorded in the audit annotations. A plan not judged yet, or
-//! judged unreadably, is allowed with a warning: the webhook never blocks
-//! for what it does not know.
+//! through, recorded in the audit annotations, when it is given in the
+//! approving change: one set earlier, by anyone, does not count. A plan not
+//! judged yet, or judged unreadably, is allowed with a warning: the webhook
+//! never blocks for what it does not know.
+//!
+//! As an approval is answered from the judgement, only its writers (the
+//! server's ServiceAccount, and whoever runs `preflight --annotate`:
+//! [`Approvals::writers`]) may add, change or remove it; anyone else is
+//! denied in enforce mode. What the plan says is read back bounded and
+//! escaped ([`Judged::bounded`]): the approver's terminal shows what
+//! digest-gate says, never what someone wrote on the plan.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::wire::{RequestIn, WholeIn};
+use super::wire::{PlanIn, RequestIn};
 use super::{Answer, BadReview, Response, encode};
 use crate::judge::{ObjectVerdict, Operation};
 use crate::policy::Mode;
 use crate::text::{self, Cut};
 
+/// The API group of InstallPlans (and every OLM kind digest-gate reads).
+pub const OLM_GROUP: &str = "operators.coreos.com";
 /// The annotation a pre-flight writes on a pending InstallPlan: a
 /// [`Judged`] as JSON.
 pub const JUDGED_ANNOTATION: &str = "digest-gate.dev/preflight";
@@ -34,6 +44,9 @@ pub const JUDGED_ANNOTATION: &str = "digest-gate.dev/preflight";
 pub const ACKNOWLEDGED_ANNOTATION: &str = "digest-gate.dev/approve-despite-findings";
 /// The audit annotation an acknowledged approval is recorded under.
 pub const ACKNOWLEDGED_AUDIT_KEY: &str = "approved-despite-findings";
+/// The audit annotation a judgement written by someone who may not is
+/// recorded under, where it is not denied (rewrite and audit modes).
+pub const JUDGEMENT_WRITTEN_AUDIT_KEY: &str = "judgement-written-by";
 /// How many objects and digests a judgement names; the rest are counted.
 pub const MAX_NAMED: usize = 10;
 
@@ -70,6 +83,34 @@ impl Judged {
     /// Whether approving breaks something.
     pub fn blocks(&self) -> bool {
         self.stale_after_upgrade > 0 || self.unpullable_after_upgrade > 0
+    }
+
+    /// The judgement as read from a plan, which anyone who may patch it
+    /// could have written: every string on one line and bounded, at most
+    /// [`MAX_NAMED`] targets and names (the rest counted), so that a
+    /// denial, its warnings and the log line it makes stay short and
+    /// cannot drive a terminal.
+    pub fn bounded(mut self) -> Self {
+        let line = |s: &mut String, max: usize| {
+            *s = text::one_line_owned(std::mem::take(s), max, Cut::End);
+        };
+        line(&mut self.judged_at, 64);
+        self.targets.truncate(MAX_NAMED);
+        self.targets.iter_mut().for_each(|t| line(t, 256));
+        let (named, over) = text::first(std::mem::take(&mut self.named), MAX_NAMED);
+        self.named = named;
+        self.named.iter_mut().for_each(|n| line(n, 256));
+        self.more = self.more.saturating_add(over);
+        self
+    }
+
+    /// Whether `other` finds what this one does, whenever each was made.
+    pub fn finds_as(&self, other: &Judged) -> bool {
+        let found = |j: &Judged| Judged {
+            judged_at: String::new(),
+            ..j.clone()
+        };
+        found(self) == found(other)
     }
 
     /// Names `found` (objects, then digests) up to the bound.
@@ -126,28 +167,123 @@ impl Judged {
     }
 }
 
+/// What an approval is answered by: the mode for InstallPlans, and who
+/// may write the judgement.
+#[derive(Debug, Clone, Copy)]
+pub struct Approvals<'a> {
+    pub mode: Mode,
+    /// The usernames that may add, change or remove [`JUDGED_ANNOTATION`]
+    /// (`--judgement-writers`): the server's own ServiceAccount, and whoever
+    /// runs `preflight --annotate`. None: nobody.
+    pub writers: &'a [String],
+}
+
 /// Decodes the review of an InstallPlan and answers it: see the module.
-pub fn answer_approval(body: &[u8], mode: Mode) -> Result<Answer, BadReview> {
-    let request: RequestIn<WholeIn> = match super::decoded(body) {
+pub fn answer_approval(body: &[u8], rules: Approvals<'_>) -> Result<Answer, BadReview> {
+    let unreadable = |why: String| Some(unreadable(&why, rules.mode));
+    let request: RequestIn<PlanIn> = match super::decoded_or(body, unreadable) {
         Ok(request) => request,
         Err(answered) => return *answered,
     };
+    let response = match super::misrouted(&request, (OLM_GROUP, "InstallPlan"), "/validate-approval") {
+        Some(misrouted) => misrouted,
+        None => respond(&request, rules),
+    };
+    Ok(encode(&request, response))
+}
+
+fn respond(request: &RequestIn<PlanIn>, rules: Approvals<'_>) -> Response {
+    let plan = format!(
+        "InstallPlan {}/{}",
+        request.namespace.as_deref().unwrap_or_default(),
+        request.name.as_deref().unwrap_or_default()
+    );
+    let plan = text::one_line_owned(plan, 320, Cut::End);
+    let operation = Operation::of(&request.operation);
     let old = request.old_object.as_ref().map(|o| &o.0);
-    let response = match (old, request.object.as_ref().map(|o| &o.0)) {
-        (Some(old), Some(new))
-            if Operation::of(&request.operation) == Operation::Update && approves(old, new) =>
-        {
-            let plan = format!(
-                "InstallPlan {}/{}",
-                request.namespace.as_deref().unwrap_or_default(),
-                request.name.as_deref().unwrap_or_default()
-            );
-            decide(&plan, judged(old), acknowledged(new), mode)
+    let new = request.object.as_ref().map(|o| &o.0);
+    let user = &request.user_info.username;
+    if let Some(change) = Written::of(operation, old, new)
+        && !rules.writers.iter().any(|w| w == user)
+    {
+        return written(&plan, change, user, rules.mode);
+    }
+    match (old, new) {
+        (Some(old), Some(new)) if operation == Operation::Update && approves(old, new) => {
+            decide(&plan, judged(old), Acknowledged::of(old, new), rules.mode)
         }
         // Anything else an InstallPlan goes through is not an approval.
         _ => Response::allow(ObjectVerdict::Allow),
+    }
+}
+
+/// A review whose InstallPlan cannot be read: in enforce mode denied, as
+/// it may be an approval nobody can judge; warned of otherwise.
+fn unreadable(why: &str, mode: Mode) -> Response {
+    let why = text::one_line(why, 300, Cut::End);
+    let message =
+        format!("digest-gate cannot read this InstallPlan review, so cannot tell what it approves: {why}");
+    match mode {
+        Mode::Enforce => Response::refuse(403, "Forbidden", message),
+        Mode::Rewrite | Mode::Audit => warned(vec![message]),
+    }
+}
+
+/// How a change touches [`JUDGED_ANNOTATION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
+enum Written {
+    Add,
+    Change,
+    Remove,
+}
+
+impl Written {
+    /// What a CREATE or an UPDATE does to the judgement, if anything.
+    fn of(operation: Operation, old: Option<&Value>, new: Option<&Value>) -> Option<Self> {
+        fn raw(o: Option<&Value>) -> Option<&Value> {
+            o?.pointer("/metadata/annotations")?.get(JUDGED_ANNOTATION)
+        }
+        match (operation, raw(old), raw(new)) {
+            (Operation::Create, _, Some(_)) => Some(Self::Add),
+            (Operation::Update, None, Some(_)) => Some(Self::Add),
+            (Operation::Update, Some(_), None) => Some(Self::Remove),
+            (Operation::Update, Some(a), Some(b)) if a != b => Some(Self::Change),
+            _ => None,
+        }
+    }
+}
+
+/// The judgement written by someone who may not: denied in enforce mode
+/// (an approval is answered from it), warned of and recorded otherwise.
+fn written(plan: &str, change: Written, user: &str, mode: Mode) -> Response {
+    let user = text::one_line(user, 256, Cut::End);
+    let user = if user.is_empty() {
+        "an unnamed user".into()
+    } else {
+        user
     };
-    Ok(encode(&request, response))
+    let verb: &'static str = change.into();
+    let what = format!(
+        "only digest-gate writes {plan}'s {JUDGED_ANNOTATION} annotation, the judgement its approval is answered from; {user} may not {verb} it"
+    );
+    match mode {
+        Mode::Enforce => Response::refuse(
+            403,
+            "Forbidden",
+            format!(
+                "digest-gate: {what}. Leave it as it is: the next pre-flight writes it (a person who runs `digest-gate preflight --annotate` is named in the chart's audit.preflight.judgementWriters)"
+            ),
+        ),
+        Mode::Rewrite | Mode::Audit => {
+            let mut out = warned(vec![format!("digest-gate: {what} (denied in enforce mode)")]);
+            out.audit = BTreeMap::from([(
+                JUDGEMENT_WRITTEN_AUDIT_KEY.to_owned(),
+                format!("{verb} by {user}"),
+            )]);
+            out
+        }
+    }
 }
 
 /// Whether an update flips `spec.approved` to `true`.
@@ -165,34 +301,46 @@ fn annotation<'v>(object: &'v Value, key: &str) -> Option<&'v str> {
         .filter(|s| !s.is_empty())
 }
 
-/// The judgement on the plan as it was: none, or why it cannot be read.
+/// The judgement on the plan as it was, bounded (see [`Judged::bounded`]):
+/// none, or why it cannot be read.
 fn judged(old: &Value) -> Option<Result<Judged, String>> {
-    annotation(old, JUDGED_ANNOTATION).map(|text| serde_json::from_str(text).map_err(|e| e.to_string()))
+    annotation(old, JUDGED_ANNOTATION).map(|text| {
+        serde_json::from_str::<Judged>(text)
+            .map(Judged::bounded)
+            // serde's messages quote what they could not read.
+            .map_err(|e| text::one_line_owned(e.to_string(), 200, Cut::End))
+    })
 }
 
-/// The reason given for approving despite findings.
-fn acknowledged(new: &Value) -> Option<&str> {
-    annotation(new, ACKNOWLEDGED_ANNOTATION)
+/// The reason given for approving despite findings, and whether it was
+/// given with the approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Acknowledged<'a> {
+    None,
+    /// Added or changed by the approving update: what counts.
+    Given(&'a str),
+    /// On the plan before the approval, unchanged: set by anyone, at any
+    /// time, for whatever judgement stood then; it does not count.
+    Earlier,
 }
 
-fn decide(plan: &str, judged: Option<Result<Judged, String>>, ack: Option<&str>, mode: Mode) -> Response {
+impl<'a> Acknowledged<'a> {
+    fn of(old: &Value, new: &'a Value) -> Self {
+        match (
+            annotation(new, ACKNOWLEDGED_ANNOTATION),
+            annotation(old, ACKNOWLEDGED_ANNOTATION),
+        ) {
+            (None, _) => Self::None,
+            (Some(now), Some(before)) if now == before => Self::Earlier,
+            (Some(now), _) => Self::Given(now),
+        }
+    }
+}
+
+fn decide(plan: &str, judged: Option<Result<Judged, String>>, ack: Acknowledged<'_>, mode: Mode) -> Response {
     let judged = match judged {
-        None => {
-            return warned(vec![
-                format!("digest-gate has not judged {plan} yet"),
-                format!(
-                    "see what approving leaves stale: digest-gate preflight --installplan {}",
-                    plan.trim_start_matches("InstallPlan ")
-                ),
-            ]);
-        }
-        Some(Err(why)) => {
-            return warned(vec![
-                format!("digest-gate cannot read {plan}'s {JUDGED_ANNOTATION} annotation: not judged"),
-                why,
-            ]);
-        }
         Some(Ok(j)) => j,
+        unknown => return not_judged(plan, unknown.and_then(Result::err)),
     };
     let at = &judged.judged_at;
     if !judged.blocks() {
@@ -218,8 +366,10 @@ fn decide(plan: &str, judged: Option<Result<Judged, String>>, ack: Option<&str>,
     if judged.more > 0 {
         lines.push(format!("digest-gate: and {} more", judged.more));
     }
+    let earlier = ack == Acknowledged::Earlier;
     match (ack, mode) {
-        (Some(reason), _) => {
+        (Acknowledged::Given(reason), _) => {
+            let reason = text::one_line(reason, 1024, Cut::End);
             lines.push(format!("approved despite these findings (judged {at}): {reason}"));
             let mut out = warned(lines);
             out.audit = BTreeMap::from([(
@@ -232,20 +382,50 @@ fn decide(plan: &str, judged: Option<Result<Judged, String>>, ack: Option<&str>,
             )]);
             out
         }
-        (None, Mode::Enforce) => Response::refuse(
+        (_, Mode::Enforce) => Response::refuse(
             403,
             "Forbidden",
             format!(
-                "digest-gate: approving {plan} {} (judged {at}). Update them and wait for the next pre-flight, or approve it anyway with the annotation {ACKNOWLEDGED_ANNOTATION}=\"<your reason>\"",
-                judged.what_it_breaks()
+                "digest-gate: approving {plan} {} (judged {at}). Update them and wait for the next pre-flight, or approve it anyway with the annotation {ACKNOWLEDGED_ANNOTATION}=\"<your reason>\" in the same change{}",
+                judged.what_it_breaks(),
+                if earlier {
+                    format!(" ({EARLIER})")
+                } else {
+                    String::new()
+                }
             ),
         ),
-        (None, Mode::Rewrite | Mode::Audit) => {
+        (_, Mode::Rewrite | Mode::Audit) => {
             lines.push(format!("judged {at}: update them with the approval"));
+            if earlier {
+                lines.push(format!("digest-gate: {EARLIER}"));
+            }
             warned(lines)
         }
     }
 }
+
+/// An approval of a plan without a judgement (`None`), or with one that
+/// cannot be read (why): allowed, said.
+fn not_judged(plan: &str, unreadable: Option<String>) -> Response {
+    match unreadable {
+        None => warned(vec![
+            format!("digest-gate has not judged {plan} yet"),
+            format!(
+                "see what approving leaves stale: digest-gate preflight --installplan {}",
+                plan.trim_start_matches("InstallPlan ")
+            ),
+        ]),
+        Some(why) => warned(vec![
+            format!("digest-gate cannot read {plan}'s {JUDGED_ANNOTATION} annotation: not judged"),
+            why,
+        ]),
+    }
+}
+
+/// Said of an acknowledgement set before the approval.
+const EARLIER: &str =
+    "the acknowledgement on the plan was set before this approval: it counts only when given with it";
 
 /// Allowed, with these warnings.
 fn warned(lines: Vec<String>) -> Response {
@@ -285,12 +465,27 @@ mod tests {
                         "clusterServiceVersionNames": ["rhods-operator.1.21.0"]}})
     }
 
+    const WRITER: &str = "system:serviceaccount:digest-gate:digest-gate";
+
+    fn rules(mode: Mode) -> Approvals<'static> {
+        static WRITERS: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| vec![WRITER.to_owned()]);
+        Approvals {
+            mode,
+            writers: &WRITERS,
+        }
+    }
+
     fn review(old: Value, new: Value) -> Vec<u8> {
+        review_by("admin", "UPDATE", old, new)
+    }
+
+    fn review_by(user: &str, operation: &str, old: Value, new: Value) -> Vec<u8> {
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
             "uid": "u-1", "kind": {"group": "operators.coreos.com", "version": "v1alpha1", "kind": "InstallPlan"},
             "resource": {"group": "operators.coreos.com", "version": "v1alpha1", "resource": "installplans"},
-            "name": "install-x", "namespace": "ops", "operation": "UPDATE",
-            "userInfo": {"username": "admin"}, "object": new, "oldObject": old}})
+            "name": "install-x", "namespace": "ops", "operation": operation,
+            "userInfo": {"username": user}, "object": new, "oldObject": old}})
         .to_string()
         .into_bytes()
     }
@@ -305,7 +500,7 @@ mod tests {
             annotations.insert(ACKNOWLEDGED_ANNOTATION.into(), reason.into());
         }
         let new = plan(true, Value::Object(annotations));
-        let answer = answer_approval(&review(old, new), mode).unwrap();
+        let answer = answer_approval(&review(old, new), rules(mode)).unwrap();
         serde_json::from_slice::<Value>(&answer.body).unwrap()["response"].clone()
     }
 
@@ -323,7 +518,9 @@ mod tests {
             "{message}"
         );
         assert!(
-            message.ends_with(&format!("{ACKNOWLEDGED_ANNOTATION}=\"<your reason>\"")),
+            message.ends_with(&format!(
+                "{ACKNOWLEDGED_ANNOTATION}=\"<your reason>\" in the same change"
+            )),
             "{message}"
         );
         for mode in [Mode::Rewrite, Mode::Audit] {
@@ -395,7 +592,7 @@ mod tests {
         annotations.insert(JUDGED_ANNOTATION.into(), "{not json".into());
         let old = plan(false, Value::Object(annotations.clone()));
         let new = plan(true, Value::Object(annotations));
-        let answer = answer_approval(&review(old, new), Mode::Enforce).unwrap();
+        let answer = answer_approval(&review(old, new), rules(Mode::Enforce)).unwrap();
         let response = &serde_json::from_slice::<Value>(&answer.body).unwrap()["response"];
         assert_eq!(response["allowed"], true);
         assert!(
@@ -417,7 +614,7 @@ mod tests {
         let annotated = Value::Object(annotations);
         for (old, new) in [(false, false), (true, true), (true, false)] {
             let body = review(plan(old, annotated.clone()), plan(new, annotated.clone()));
-            let answer = answer_approval(&body, Mode::Enforce).unwrap();
+            let answer = answer_approval(&body, rules(Mode::Enforce)).unwrap();
             assert!(answer.allowed, "{old} -> {new}");
         }
     }
@@ -433,5 +630,187 @@ mod tests {
         let text = serde_json::to_string(&j).unwrap();
         assert_eq!(serde_json::from_str::<Judged>(&text).unwrap(), j);
         assert!(text.contains("\"judgedAt\"") && text.contains("\"staleAfterUpgrade\":25"));
+    }
+
+    fn response(body: &[u8], mode: Mode) -> Value {
+        let answer = answer_approval(body, rules(mode)).unwrap();
+        serde_json::from_slice::<Value>(&answer.body).unwrap()["response"].clone()
+    }
+
+    fn annotated(pairs: &[(&str, &str)]) -> Value {
+        Value::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn only_the_writers_add_change_or_remove_the_judgement() {
+        let blocking = serde_json::to_string(&judgement(1, 0)).unwrap();
+        let clean = serde_json::to_string(&judgement(0, 0)).unwrap();
+        let with = |j: &str| plan(false, annotated(&[(JUDGED_ANNOTATION, j)]));
+        let without = plan(false, json!({}));
+        let cases = [
+            ("UPDATE", with(&blocking), with(&clean), "change"),
+            ("UPDATE", with(&blocking), without.clone(), "remove"),
+            ("UPDATE", without.clone(), with(&clean), "add"),
+            ("CREATE", Value::Null, with(&clean), "add"),
+        ];
+        for (operation, old, new, verb) in cases {
+            let by_admin = review_by("admin", operation, old.clone(), new.clone());
+            let denied = response(&by_admin, Mode::Enforce);
+            assert_eq!(denied["allowed"], false, "{operation} {verb}");
+            let message = denied["status"]["message"].as_str().unwrap();
+            assert!(
+                message.starts_with(&format!(
+                    "digest-gate: only digest-gate writes InstallPlan ops/install-x's {JUDGED_ANNOTATION} annotation, the judgement its approval is answered from; admin may not {verb} it."
+                )),
+                "{message}"
+            );
+            // Warned of and recorded where nothing is denied.
+            let warned = response(&by_admin, Mode::Audit);
+            assert_eq!(warned["allowed"], true);
+            assert_eq!(
+                warned["auditAnnotations"][JUDGEMENT_WRITTEN_AUDIT_KEY],
+                format!("{verb} by admin")
+            );
+            // The server's own account writes it.
+            let by_writer = review_by(WRITER, operation, old, new);
+            assert_eq!(
+                response(&by_writer, Mode::Enforce)["allowed"],
+                true,
+                "{operation} {verb}"
+            );
+        }
+        // Anything else about the plan is anyone's to change.
+        let relabelled = plan(false, annotated(&[(JUDGED_ANNOTATION, &blocking), ("team", "b")]));
+        let body = review_by("admin", "UPDATE", with(&blocking), relabelled);
+        assert_eq!(response(&body, Mode::Enforce)["allowed"], true);
+    }
+
+    #[test]
+    fn an_acknowledgement_counts_only_in_the_approving_change() {
+        let j = serde_json::to_string(&judgement(1, 0)).unwrap();
+        let before = annotated(&[(JUDGED_ANNOTATION, &j), (ACKNOWLEDGED_ANNOTATION, "old reason")]);
+        let body = review(plan(false, before.clone()), plan(true, before));
+        let denied = response(&body, Mode::Enforce);
+        assert_eq!(denied["allowed"], false);
+        let message = denied["status"]["message"].as_str().unwrap();
+        assert!(
+            message.ends_with(&format!("in the same change ({EARLIER})")),
+            "{message}"
+        );
+        let warned = response(&body, Mode::Rewrite);
+        assert_eq!(warned["allowed"], true);
+        assert_eq!(warned.get("auditAnnotations"), None);
+        assert_eq!(
+            warned["warnings"].as_array().unwrap().last().unwrap(),
+            &json!(text::one_line_owned(
+                format!("digest-gate: {EARLIER}"),
+                crate::admission::MAX_WARNING_LEN,
+                Cut::End
+            ))
+        );
+        // A new reason given with the approval is the one recorded.
+        let old = plan(
+            false,
+            annotated(&[(JUDGED_ANNOTATION, &j), (ACKNOWLEDGED_ANNOTATION, "old reason")]),
+        );
+        let new = plan(
+            true,
+            annotated(&[
+                (JUDGED_ANNOTATION, &j),
+                (ACKNOWLEDGED_ANNOTATION, "retired today"),
+            ]),
+        );
+        let through = response(&review(old, new), Mode::Enforce);
+        assert_eq!(through["allowed"], true);
+        assert!(
+            through["auditAnnotations"][ACKNOWLEDGED_AUDIT_KEY]
+                .as_str()
+                .unwrap()
+                .starts_with("retired today;")
+        );
+    }
+
+    #[test]
+    fn what_the_plan_says_is_escaped_and_bounded() {
+        // A judgement as anyone who may patch the plan could have written it
+        // before the guard: terminal escapes, 25,000 names.
+        let mut j = judgement(25_000, 0);
+        j.judged_at = "\u{1b}[2K\r\u{1b}[32minstallplan patched\u{1b}[0m".into();
+        (j.named, j.more) = ((0..25_000).map(|i| format!("ns/Pod/p{i}\u{7}")).collect(), 0);
+        let text = serde_json::to_string(&j).unwrap();
+        let on = annotated(&[(JUDGED_ANNOTATION, &text)]);
+        let body = review(plan(false, on.clone()), plan(true, on));
+        let denied = response(&body, Mode::Enforce);
+        let message = denied["status"]["message"].as_str().unwrap();
+        assert!(!message.contains(char::is_control), "{message:?}");
+        assert!(message.contains("(judged \\u{1b}[2K\\r"), "{message}");
+        assert!(
+            message.contains(&format!(", and {} more)", 25_000 - MAX_NAMED)),
+            "{message}"
+        );
+        assert!(message.len() < 4096, "{}", message.len());
+        let warned = response(&body, Mode::Rewrite);
+        let warnings = warned["warnings"].as_array().unwrap();
+        assert!(warnings.len() <= MAX_NAMED + 4, "{}", warnings.len());
+        assert!(
+            warnings
+                .iter()
+                .all(|w| !w.as_str().unwrap().contains(char::is_control))
+        );
+    }
+
+    #[test]
+    fn what_is_not_an_approval_review_is_still_answered() {
+        // managedFields nested past serde_json's depth: skipped, not read.
+        let mut deep = json!("leaf");
+        for _ in 0..200 {
+            deep = json!({"f:x": deep});
+        }
+        let j = serde_json::to_string(&judgement(1, 0)).unwrap();
+        let on = annotated(&[(JUDGED_ANNOTATION, &j)]);
+        let mut new = plan(true, on.clone());
+        new["metadata"]["managedFields"] = json!([{"manager": "kubectl", "fieldsV1": deep.clone()}]);
+        let denied = response(&review(plan(false, on.clone()), new), Mode::Enforce);
+        assert_eq!(
+            (&denied["allowed"], &denied["uid"]),
+            (&json!(false), &json!("u-1"))
+        );
+        assert!(
+            denied["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("leaves 1 object")
+        );
+        // Nesting in what is read cannot be read: denied in enforce mode,
+        // with why; never a 400 an Ignore entry admits.
+        let mut garbled = plan(true, on.clone());
+        garbled["metadata"]["annotations"]["x"] = deep;
+        let body = review(plan(false, on), garbled);
+        let denied = response(&body, Mode::Enforce);
+        assert_eq!(
+            (&denied["allowed"], &denied["uid"]),
+            (&json!(false), &json!("u-1"))
+        );
+        assert!(
+            denied["status"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("digest-gate cannot read this InstallPlan review")
+        );
+        assert_eq!(response(&body, Mode::Audit)["allowed"], true);
+        // Another kind is not judged as if it were a plan.
+        let mut pod: Value = serde_json::from_slice(&review(json!({}), json!({"kind": "Pod"}))).unwrap();
+        pod["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+        let answered = response(pod.to_string().as_bytes(), Mode::Enforce);
+        assert_eq!(answered["allowed"], true);
+        assert_eq!(
+            answered["warnings"][0],
+            "digest-gate: /validate-approval judges InstallPlans only; this Pod was not judged: fix the webhook configuration"
+        );
     }
 }

@@ -20,7 +20,8 @@ use serde_json::Value;
 use crate::allowlist::{self, Source};
 use crate::judge::{self, ImageJudgement, ImageVerdict, Judgement, ObjectVerdict, Operation};
 use crate::policy::{Mode, PromotedBy, Reason, Verdict};
-use wire::{Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, WholeIn, decode};
+use crate::text::{self, Cut};
+use wire::{ConfigMapIn, Decoded, RequestIn, ResponseOut, ReviewOut, StatusOut, decode};
 
 /// The only AdmissionReview version digest-gate speaks.
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -150,14 +151,30 @@ pub fn answer(endpoint: Endpoint, body: &[u8], rules: judge::Rules<'_>) -> Resul
 fn decoded<O: serde::de::DeserializeOwned>(
     body: &[u8],
 ) -> Result<RequestIn<O>, Box<Result<Answer, BadReview>>> {
-    match decode(body) {
-        Ok(request) => Ok(request),
-        Err(BadReview::TooLarge(why)) => {
-            Err(Box::new(decode::<wire::Unread>(body).map(|request| {
-                encode(&request, Response::refuse(403, "Forbidden", why))
-            })))
-        }
-        Err(e) => Err(Box::new(Err(e))),
+    decoded_or(body, |_| None)
+}
+
+/// [`decoded`], and a review whose objects cannot be read at all (a
+/// syntax error in them, nesting past the decoder's depth in what is kept)
+/// answered by `unreadable` (given why) when it gives an answer: a 400 is
+/// what an entry with `failurePolicy: Ignore` admits unjudged.
+fn decoded_or<O: serde::de::DeserializeOwned>(
+    body: &[u8],
+    unreadable: impl FnOnce(String) -> Option<Response>,
+) -> Result<RequestIn<O>, Box<Result<Answer, BadReview>>> {
+    let (why, response) = match decode(body) {
+        Ok(request) => return Ok(request),
+        Err(BadReview::TooLarge(why)) => (why.clone(), Response::refuse(403, "Forbidden", why)),
+        Err(BadReview::Decode(why)) => match unreadable(why.clone()) {
+            Some(response) => (why, response),
+            None => return Err(Box::new(Err(BadReview::Decode(why)))),
+        },
+        Err(e) => return Err(Box::new(Err(e))),
+    };
+    match decode::<wire::Unread>(body).map(|request| encode(&request, response)) {
+        Ok(answer) => Err(Box::new(Ok(answer))),
+        // Not even its uid can be read: nothing can be answered.
+        Err(_) => Err(Box::new(Err(BadReview::Decode(why)))),
     }
 }
 
@@ -171,10 +188,24 @@ pub fn answer_allowlist<E: std::fmt::Display>(
     body: &[u8],
     check: impl FnOnce(&[Source]) -> Result<(), E>,
 ) -> Result<Answer, BadReview> {
-    let request: RequestIn<WholeIn> = match decoded(body) {
+    // Nothing that cannot be read can be loaded.
+    let unreadable = |why: String| {
+        Some(Response::refuse(
+            403,
+            "Forbidden",
+            format!(
+                "digest-gate cannot read this ConfigMap, so no replica could load it as an allowlist: {}",
+                text::one_line(&why, 300, Cut::End)
+            ),
+        ))
+    };
+    let request: RequestIn<ConfigMapIn> = match decoded_or(body, unreadable) {
         Ok(request) => request,
         Err(answered) => return *answered,
     };
+    if let Some(misrouted) = misrouted(&request, ("", "ConfigMap"), "/validate-allowlist") {
+        return Ok(encode(&request, misrouted));
+    }
     let operation = Operation::of(&request.operation);
     let response = match (operation, request.object.as_ref().map(|o| &o.0)) {
         (Operation::Create | Operation::Update, Some(Value::Object(object))) => {
@@ -208,6 +239,26 @@ pub fn answer_allowlist<E: std::fmt::Display>(
         _ => Response::allow(ObjectVerdict::Allow),
     };
     Ok(encode(&request, response))
+}
+
+/// A review of another kind than an endpoint judges (`group`, `kind`): a
+/// webhook configuration that sends it what it was not written for.
+/// Allowed, as it is not what the endpoint guards, and said: the warning
+/// names the kind and the endpoint, the decision log the kind.
+fn misrouted<O>(request: &RequestIn<O>, (group, kind): (&str, &str), path: &str) -> Option<Response> {
+    if request.kind.group == group && request.kind.kind == kind {
+        return None;
+    }
+    let mut out = Response::allow(ObjectVerdict::Allow);
+    out.warnings = vec![text::one_line_owned(
+        format!(
+            "digest-gate: {path} judges {kind}s only; this {} was not judged: fix the webhook configuration",
+            request.kind.kind
+        ),
+        MAX_WARNING_LEN,
+        Cut::End,
+    )];
+    Some(out)
 }
 
 /// What to send back, before encoding.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{API_VERSION, BadReview};
-use crate::objects;
+use crate::objects::{self, Shape};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -26,9 +26,8 @@ pub(super) struct GroupVersionKind {
     pub(super) kind: String,
 }
 
-/// A review's request, its objects decoded as `O`: pruned to what the
-/// walkers read ([`ObjectIn`]) for the image reviews, whole for the
-/// allowlist check.
+/// A review's request, its objects decoded as `O`: pruned to what its
+/// endpoint reads ([`ObjectIn`], [`PlanIn`], [`ConfigMapIn`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RequestIn<O = ObjectIn> {
@@ -47,27 +46,26 @@ pub(super) struct RequestIn<O = ObjectIn> {
     pub(super) old_object: Option<O>,
     #[serde(default)]
     pub(super) dry_run: Option<bool>,
+    #[serde(default)]
+    pub(super) user_info: UserInfo,
 }
-
-/// An object decoded with only what the walkers read (see
-/// [`objects::OBJECT`]): a pod's env, probes and managedFields are skipped
-/// without being allocated, which is most of a review's decoding cost.
-pub(super) struct ObjectIn(pub(super) Value);
 
 /// Serde's `default` for an optional field of a generic type.
 fn none<O>() -> Option<O> {
     None
 }
 
+/// Who sent the request, as the apiserver authenticated them: what decides
+/// who may write an InstallPlan's judgement.
+#[derive(Default, Deserialize)]
+pub(super) struct UserInfo {
+    #[serde(default)]
+    pub(super) username: String,
+}
+
 /// What [`encode`] reads of a decoded object.
 pub(super) trait Decoded {
     fn value(&self) -> &Value;
-}
-
-impl Decoded for ObjectIn {
-    fn value(&self) -> &Value {
-        &self.0
-    }
 }
 
 /// An object not read: a review whose objects are too large to read is
@@ -87,33 +85,64 @@ impl<'de> Deserialize<'de> for Unread {
     }
 }
 
-/// An object decoded whole (an allowlist ConfigMap, an InstallPlan), its
-/// values counted against [`REVIEW_VALUES`] as a pruned one's are.
-pub(super) struct WholeIn(pub(super) Value);
+/// An object type decoded with only what its endpoint reads, by `$shape`:
+/// the rest (env, probes, managedFields, status) is skipped without being
+/// allocated or recursed into, so neither its size nor its depth reaches
+/// a reader; what is kept counts against [`REVIEW_VALUES`].
+macro_rules! shaped {
+    ($(#[$doc:meta])* $name:ident, $shape:expr) => {
+        $(#[$doc])*
+        pub(super) struct $name(pub(super) Value);
 
-impl Decoded for WholeIn {
-    fn value(&self) -> &Value {
-        &self.0
-    }
+        impl Decoded for $name {
+            fn value(&self) -> &Value {
+                &self.0
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                use serde::de::DeserializeSeed;
+                objects::Pruned($shape).deserialize(deserializer).map($name)
+            }
+        }
+    };
 }
 
-impl<'de> Deserialize<'de> for WholeIn {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::DeserializeSeed;
-        objects::Pruned(&objects::WHOLE)
-            .deserialize(deserializer)
-            .map(WholeIn)
-    }
-}
+shaped!(
+    /// An object as the walkers read it (see [`objects::OBJECT`]): a pod's
+    /// env, probes and managedFields are skipped, which is most of a
+    /// review's decoding cost.
+    ObjectIn,
+    &objects::OBJECT
+);
+shaped!(
+    /// An InstallPlan as its approval is answered: its name, annotations
+    /// and `spec.approved`.
+    PlanIn,
+    &PLAN
+);
+shaped!(
+    /// An allowlist ConfigMap: its name and its keys.
+    ConfigMapIn,
+    &CONFIGMAP
+);
 
-impl<'de> Deserialize<'de> for ObjectIn {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::DeserializeSeed;
-        objects::Pruned(&objects::OBJECT)
-            .deserialize(deserializer)
-            .map(ObjectIn)
-    }
-}
+static KEEP: Shape = Shape::Keep;
+static NAMED: Shape = Shape::Object(&[("name", &KEEP), ("namespace", &KEEP), ("annotations", &KEEP)]);
+static PLAN: Shape = Shape::Object(&[
+    ("apiVersion", &KEEP),
+    ("kind", &KEEP),
+    ("metadata", &NAMED),
+    ("spec", &Shape::Object(&[("approved", &KEEP)])),
+]);
+static CONFIGMAP: Shape = Shape::Object(&[
+    ("apiVersion", &KEEP),
+    ("kind", &KEEP),
+    ("metadata", &NAMED),
+    ("data", &KEEP),
+    ("binaryData", &KEEP),
+]);
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

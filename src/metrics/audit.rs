@@ -43,6 +43,29 @@ struct PendingLabels {
     reason: &'static str,
 }
 
+/// A waiting plan the pre-flight could not judge: its namespace, and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnjudgedLabels {
+    plan_namespace: String,
+    reason: Unjudged,
+}
+
+vocabulary! {
+    "snake_case";
+    /// Why the pre-flight could not judge a plan: the `reason` label of
+    /// `digest_gate_pending_upgrade_unjudged`.
+    #[derive(PartialOrd, Ord)]
+    pub enum Unjudged {
+        /// The InstallPlan itself cannot be read (its JSON, or not as OLM
+        /// writes plans).
+        PlanUnreadable,
+        /// A target's bundle (its ConfigMap, its CSV) cannot be read.
+        BundleUnreadable,
+        /// A target's bundle is past what digest-gate reads.
+        TooLarge,
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaseLabels {
     reason: LeaseTrouble,
@@ -75,6 +98,7 @@ pub struct AuditMetrics {
     audit_leader: Gauge,
     lease_errors: Family<LeaseLabels, Counter>,
     pending_upgrade_findings: Family<PendingLabels, Gauge>,
+    pending_upgrade_unjudged: Family<UnjudgedLabels, Gauge>,
     images: Family<RunningLabels, Gauge>,
 }
 
@@ -124,6 +148,12 @@ impl AuditMetrics {
                 "pending_upgrade_findings",
                 "What approving each operator upgrade that waits for an approval would break, as the last pre-flight (serve --audit-preflight) judged it: objects stale_after_upgrade or already_stale, digests unpullable_after_upgrade, not_judged 1 for a release whose bundle is too large or too complex to read; a plan's series go once it no longer waits",
                 Family::<PendingLabels, Gauge>::default(),
+            ),
+            pending_upgrade_unjudged: add(
+                r,
+                "pending_upgrade_unjudged",
+                "InstallPlans the last pre-flight (serve --audit-preflight) could not judge, by the plan's namespace and why (plan_unreadable, bundle_unreadable, too_large): their approval is answered as not judged",
+                Family::<UnjudgedLabels, Gauge>::default(),
             ),
             images: add(
                 r,
@@ -188,6 +218,21 @@ impl AuditMetrics {
                 reason,
             };
             self.pending_upgrade_findings
+                .get_or_create(&labels)
+                .set(gauge_value(*n));
+        }
+    }
+
+    /// The plans the last pre-flight could not judge replace the last
+    /// one's: `(plan namespace, reason)` and how many.
+    pub fn unjudged_upgrades(&self, unjudged: &[((String, Unjudged), usize)]) {
+        self.pending_upgrade_unjudged.clear();
+        for ((namespace, reason), n) in unjudged {
+            let labels = UnjudgedLabels {
+                plan_namespace: namespace.clone(),
+                reason: *reason,
+            };
+            self.pending_upgrade_unjudged
                 .get_or_create(&labels)
                 .set(gauge_value(*n));
         }

@@ -20,7 +20,7 @@ pub mod prune;
 mod walk;
 
 pub use kinds::{KINDS, Kind, Layout, kind_label};
-pub use prune::{LISTED, OBJECT, Pruned, Shape, WHOLE};
+pub use prune::{LISTED, OBJECT, Pruned, Shape};
 use walk::visit;
 
 /// What an image site belongs to.

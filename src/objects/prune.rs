@@ -123,9 +123,6 @@ fn container_keys() -> Vec<&'static str> {
 }
 
 static KEEP: Shape = Shape::Keep;
-/// A whole object, every value kept (and counted against [`bounded`]): what
-/// the allowlist and approval endpoints read.
-pub static WHOLE: Shape = Shape::Keep;
 static CONTAINER: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);
 static CONTAINERS: Shape = Shape::List(&CONTAINER);
 static VOLUME: Shape = Shape::Object(&[("name", &KEEP), ("image", &KEEP)]);

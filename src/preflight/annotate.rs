@@ -4,7 +4,9 @@
 //! from the plan itself, every replica alike, and `kubectl describe
 //! installplan` shows it. Written only from a complete read, and only for
 //! a plan every target of which was read: a judgement of what could not be
-//! read would let an approval through unjudged.
+//! read would let an approval through unjudged. A plan whose judgement
+//! finds what the one it carries does is not written again: `judgedAt` is
+//! when the plan was first found so.
 
 use std::time::SystemTime;
 
@@ -54,6 +56,7 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
     }
     let now = SystemTime::now();
     let mut annotated = Vec::new();
+    let mut unchanged = Vec::new();
     let mut notes = Vec::new();
     for plan in &found.plans {
         // A plan with a target that could not be read is not judged whole.
@@ -70,7 +73,19 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
         let Some((namespace, name)) = plan.installplan() else {
             continue;
         };
-        let value = serde_json::to_string(&judged(plan, now)).expect("judgements serialise");
+        let judgement = judged(plan, now);
+        // A plan is written only when what it is found to do changes: each
+        // write is an update event for OLM's catalog operator and every
+        // watcher, and `judgedAt` then says since when it reads so.
+        let before = plan
+            .judged
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<Judged>(t).ok());
+        if before.is_some_and(|b| b.finds_as(&judgement)) {
+            unchanged.push(format!("{namespace}/{name}"));
+            continue;
+        }
+        let value = serde_json::to_string(&judgement).expect("judgements serialise");
         match cluster::annotate_plan(connection, (namespace, name), (JUDGED_ANNOTATION, &value)).await {
             Ok(()) => annotated.push(format!("{namespace}/{name}")),
             Err(e) => found.errors.push(e.message().to_owned()),
@@ -81,6 +96,12 @@ pub(super) async fn write(connection: &Connection, found: &mut Preflight) {
         found.notes.push(format!(
             "judgement annotated ({JUDGED_ANNOTATION}) on InstallPlan {}",
             annotated.join(", ")
+        ));
+    }
+    if !unchanged.is_empty() {
+        found.notes.push(format!(
+            "judgement unchanged, not written again, on InstallPlan {}",
+            unchanged.join(", ")
         ));
     }
 }

@@ -187,12 +187,11 @@ mod tests {
                 report: "install-x".into(),
                 object: None,
                 targets: vec![target],
+                judged: None,
             }],
             objects,
             errors: errors.iter().map(|e| (*e).to_owned()).collect(),
-            plan_errors: 0,
-            notes: Vec::new(),
-            covered: None,
+            ..Default::default()
         }
     }
 

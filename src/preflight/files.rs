@@ -123,6 +123,7 @@ pub(super) async fn plan(
         name: String::new(),
         uid: None,
         created: None,
+        judged: None,
         state: State::Pending,
         owners: subscription.iter().map(|s| text(s, "/metadata/name")).collect(),
         targets: vec![plan::Target {

@@ -33,7 +33,7 @@ use crate::policy::Policy;
 use crate::report::UpgradeChange;
 use assess::Concerned;
 use changes::Change;
-use plan::{Manifest, Plan, State};
+use plan::{Manifest, Plan};
 use replaced::{Installed, Why};
 
 /// Which plans to judge.
@@ -99,6 +99,9 @@ pub struct PlanOutcome {
     /// file target would upgrade.
     pub object: Option<PlanObject>,
     pub targets: Vec<TargetOutcome>,
+    /// The judgement the plan carried when it was read (the annotation's
+    /// text).
+    pub judged: Option<String>,
 }
 
 /// An OLM object a plan's reports and Events are about.
@@ -134,6 +137,7 @@ impl PlanOutcome {
             },
             object: PlanObject::of(plan, file),
             targets: Vec::new(),
+            judged: plan.judged.clone(),
         }
     }
 }
@@ -214,6 +218,9 @@ pub struct Preflight {
     /// or is [`PlanOutcome::incomplete`]).
     pub plan_errors: usize,
     pub notes: Vec<String>,
+    /// The plans (`namespace`, `name`) that could not be read at all: among
+    /// the plan errors, and what nobody can approve judged.
+    pub unreadable: Vec<(String, String)>,
     /// Where the objects were read (none: no object was).
     pub covered: Option<audit::Covered>,
 }
@@ -253,7 +260,7 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
     let mut found = Preflight::default();
     let plans = match &inputs.plans {
         Plans::File(target) => files::plan(connection, target, &mut found).await,
-        plans => read_plans(connection, plans, &mut found)
+        plans => cluster::read_plans(connection, plans, &mut found)
             .await
             .into_iter()
             .map(|p| (format!("InstallPlan {}", p.at()), p.at(), p))
@@ -471,73 +478,6 @@ fn progress(quiet: bool) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-/// The plans `plans` names that wait for an approval; the others named in
-/// the errors (a plan named and not pending, one not ready) or the notes.
-async fn read_plans(connection: &Connection, plans: &Plans, found: &mut Preflight) -> Vec<Plan> {
-    let mut values = Vec::new();
-    match plans {
-        Plans::Named { namespace, name } => match cluster::plan(connection, namespace, name).await {
-            Ok(v) => values.push(v),
-            Err(e) => found.errors.push(e.message().to_owned()),
-        },
-        Plans::AllPending { namespaces } if namespaces.is_empty() => {
-            match cluster::plans(connection, None).await {
-                Ok(v) => values = v,
-                Err(e) => found.errors.push(e.message().to_owned()),
-            }
-        }
-        Plans::AllPending { namespaces } => {
-            for ns in namespaces {
-                match cluster::plans(connection, Some(ns)).await {
-                    Ok(v) => values.extend(v),
-                    Err(e) => found.errors.push(e.message().to_owned()),
-                }
-            }
-        }
-        Plans::File(_) => {}
-    }
-    let named = matches!(plans, Plans::Named { .. });
-    let mut out = Vec::new();
-    let mut settled = 0;
-    for value in values {
-        let plan = match Plan::read(&value) {
-            Ok(p) => p,
-            Err(e) => {
-                found.errors.push(e.to_string());
-                found.plan_errors += 1;
-                continue;
-            }
-        };
-        let error = match &plan.state {
-            State::Pending => {
-                out.push(plan);
-                continue;
-            }
-            State::NotReady(why) => format!(
-                "InstallPlan {} is not ready yet: {why}; run again once it waits for an approval",
-                plan.at()
-            ),
-            State::Settled(why) if named => format!(
-                "InstallPlan {} does not wait for an approval: {why}; nothing to judge",
-                plan.at()
-            ),
-            State::Settled(_) => {
-                settled += 1;
-                continue;
-            }
-        };
-        found.errors.push(error);
-        found.plan_errors += 1;
-    }
-    if settled > 0 {
-        found.notes.push(format!(
-            "{settled} InstallPlan(s) that do not wait for an approval were passed over"
-        ));
-    }
-    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out
 }
 
 /// What `preflight` knows of a plan's namespace: its Subscriptions and its

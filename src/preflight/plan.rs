@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 /// The API group, version and plural of InstallPlans and Subscriptions.
-pub const GROUP: &str = "operators.coreos.com";
+pub const GROUP: &str = crate::admission::approval::OLM_GROUP;
 pub const VERSION: &str = "v1alpha1";
 
 /// Where a plan stands with respect to its approval.
@@ -42,6 +42,8 @@ pub struct Plan {
     pub owners: Vec<String>,
     /// Every CSV step: what approving the plan installs.
     pub targets: Vec<Target>,
+    /// The judgement it carries (the annotation's text), if any.
+    pub judged: Option<String>,
 }
 
 /// One CSV a plan would install.
@@ -115,6 +117,11 @@ impl Plan {
                 .map(str::to_owned)
                 .collect(),
             targets,
+            judged: object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(crate::admission::approval::JUDGED_ANNOTATION))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         })
     }
 

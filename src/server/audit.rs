@@ -29,6 +29,8 @@ use crate::policy::{Policy, Verdict};
 pub struct AuditInputs {
     pub flags: BackgroundArgs,
     pub settings: ClusterSettings,
+    /// A watch's settings for the same cluster (the InstallPlan watch).
+    pub watch_settings: ClusterSettings,
     pub policy: Policy,
     /// Every allowlist the supply puts in force: each one is audited.
     pub allowlists: watch::Receiver<Arc<Allowlist>>,
@@ -59,6 +61,7 @@ async fn run(inputs: AuditInputs, stop: CancellationToken) {
     let AuditInputs {
         flags,
         settings,
+        watch_settings,
         policy,
         allowlists,
         metrics,
@@ -102,10 +105,22 @@ async fn run(inputs: AuditInputs, stop: CancellationToken) {
     };
     // With --audit-preflight, a plan that comes to wait wakes a round.
     let appeared = Arc::new(tokio::sync::Notify::new());
-    let watch = upgrades.as_ref().map(|u| {
-        let (u, client, appeared) = (u.clone(), connection.client.clone(), appeared.clone());
-        tokio::spawn(async move { u.watch_plans(client, appeared).await })
-    });
+    let watch = match (upgrades.as_ref(), Connection::open(&watch_settings).await) {
+        (None, _) => None,
+        (Some(u), Ok(watching)) => {
+            let (u, appeared) = (u.clone(), appeared.clone());
+            Some(tokio::spawn(
+                async move { u.watch_plans(watching, appeared).await },
+            ))
+        }
+        // The same kubeconfig opened the audit's: rounds still run on the
+        // interval, only not woken at once.
+        (Some(_), Err(e)) => {
+            metrics.failed();
+            tracing::error!(error = %e, "pre-flight: cannot open the InstallPlan watch; judging on the interval only");
+            None
+        }
+    };
     // Takes the leader channel: when it returns, the channel is closed.
     auditor.follow(allowlists, leader, (&appeared, &stop)).await;
     if let Some(watch) = watch {

@@ -66,6 +66,18 @@ pub struct ServerArgs {
     /// How often the allowlist and certificate files are re-read (at least 100ms).
     #[arg(long, env = "DIGEST_GATE_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_reload_interval)]
     pub reload_interval: Duration,
+    /// Who may add, change or remove an InstallPlan's judgement (the
+    /// digest-gate.dev/preflight annotation that /validate-approval answers
+    /// its approval from), by username: the server's own ServiceAccount
+    /// (system:serviceaccount:NAMESPACE:NAME), and whoever runs `preflight
+    /// --annotate`. Anyone else is denied in enforce mode. None: nobody.
+    #[arg(
+        long,
+        env = "DIGEST_GATE_JUDGEMENT_WRITERS",
+        value_name = "USERNAME",
+        value_delimiter = ','
+    )]
+    pub judgement_writers: Vec<String>,
     /// The cluster the background audit and --allowlist-csv read.
     #[command(flatten)]
     pub cluster: ClusterArgs,

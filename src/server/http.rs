@@ -210,7 +210,11 @@ async fn validate_approval(Extract(state): Extract<Arc<State>>, request: Request
         Ok(timed) => timed,
         Err(response) => return response,
     };
-    let answered = admission::answer_approval(&body, state.policy.mode_for("InstallPlan"));
+    let rules = admission::approval::Approvals {
+        mode: state.policy.mode_for("InstallPlan"),
+        writers: &state.judgement_writers,
+    };
+    let answered = admission::answer_approval(&body, rules);
     answer(APPROVAL_ENDPOINT, &state, timer, answered)
 }
 

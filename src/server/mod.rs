@@ -223,6 +223,7 @@ pub async fn start(config: ServerArgs, inputs: Inputs) -> Result<Running, Server
     state.max_body_bytes = config.max_body_bytes;
     state.request_timeout = config.request_timeout;
     state.installed = installed;
+    state.judgement_writers = config.judgement_writers.clone();
     let published = config
         .verify
         .verify_registry
@@ -324,7 +325,8 @@ fn spawn_background(
     }
     let inputs = audit::AuditInputs {
         flags: config.audit.clone(),
-        settings: config.cluster.settings(context),
+        settings: config.cluster.settings(context.clone()),
+        watch_settings: config.cluster.watch_settings(context),
         policy: state.policy.clone(),
         allowlists: supply.subscribe(),
         metrics: state.metrics.audit.clone(),

@@ -103,6 +103,8 @@ pub struct State {
     /// The installed operators' CSVs (`--allowlist-csv`), which an edited
     /// allowlist ConfigMap is checked merged with.
     pub installed: Option<Arc<Installed>>,
+    /// `--judgement-writers`.
+    pub judgement_writers: Vec<String>,
 }
 
 // === impl State ===
@@ -139,6 +141,7 @@ impl State {
             max_body_bytes: 8 * 1024 * 1024,
             request_timeout: Duration::from_secs(10),
             installed: None,
+            judgement_writers: Vec::new(),
         }
     }
 }

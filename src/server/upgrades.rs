@@ -15,15 +15,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
 
 use crate::allowlist;
 use crate::audit::{self, Connection, installed::Csvs};
-use crate::metrics::AuditMetrics;
+use crate::metrics::{AuditMetrics, Unjudged};
 use crate::policy::Policy;
+use crate::preflight::cluster::WatchedPlan;
 use crate::preflight::{self, Plans, Preflight};
 use crate::report::UpgradeChange;
 
@@ -50,12 +51,13 @@ impl Upgrades {
     /// unjudged (a change OLM or a person makes; the annotation a round
     /// writes is a judgement, so it wakes nothing), or stops waiting
     /// (approved, deleted). Until the future is dropped; a failing watch is
-    /// logged and retried with kube's backoff.
-    pub async fn watch_plans(&self, client: kube::Client, appeared: Arc<Notify>) {
-        let gvk = GroupVersionKind::gvk(preflight::plan::GROUP, preflight::plan::VERSION, "InstallPlan");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "installplans");
+    /// logged and retried with kube's backoff. `connection` is a watch's
+    /// (no bound on a request's whole time, kube's read timeout longer than
+    /// the watch's own), so a quiet watch stays open until the apiserver
+    /// ends it and resumes from where it was.
+    pub async fn watch_plans(&self, connection: Connection, appeared: Arc<Notify>) {
         let watches = self.namespaces().into_iter().map(|ns| {
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+            let api: Api<WatchedPlan> = Api::namespaced(connection.client.clone(), &ns);
             watcher(api, watcher::Config::default()).default_backoff().boxed()
         });
         let mut events = futures::stream::select_all(watches);
@@ -67,7 +69,7 @@ impl Upgrades {
                 Ok(watcher::Event::InitApply(plan)) => (plan, true),
                 Ok(watcher::Event::Apply(plan)) => (plan, false),
                 Ok(watcher::Event::Delete(plan)) => {
-                    if waiting.remove(&(plan.metadata.namespace, plan.metadata.name)) {
+                    if waiting.remove(&(plan.namespace(), plan.name_any())) {
                         appeared.notify_one();
                     }
                     continue;
@@ -78,7 +80,7 @@ impl Upgrades {
                     continue;
                 }
             };
-            let key = (plan.metadata.namespace.clone(), plan.metadata.name.clone());
+            let key = (plan.namespace(), plan.name_any());
             let (waits, judged) = state_of(&plan);
             // The first list is the next round's to judge.
             let wake = match waits {
@@ -163,6 +165,7 @@ impl Upgrades {
             metrics.failed();
         }
         metrics.pending_upgrades(&findings(&found));
+        metrics.unjudged_upgrades(&unjudged(&found));
         tracing::info!(
             plans = found.plans.len(),
             judged = found.plans.iter().filter(|p| !p.targets.is_empty()).count(),
@@ -217,18 +220,43 @@ async fn settle(
 }
 
 /// Whether `plan` waits for an approval, and whether it carries a
-/// judgement.
-fn state_of(plan: &DynamicObject) -> (bool, bool) {
-    let judged = plan
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(crate::admission::approval::JUDGED_ANNOTATION));
-    let waits = serde_json::to_value(plan)
-        .ok()
-        .and_then(|v| preflight::plan::Plan::read(&v).ok())
-        .is_some_and(|p| p.state == preflight::plan::State::Pending);
+/// judgement. One that cannot be read is taken to wait unjudged: the round
+/// it wakes says why.
+fn state_of(plan: &WatchedPlan) -> (bool, bool) {
+    let Ok(object) = &plan.object else {
+        return (true, false);
+    };
+    let judged = object
+        .pointer("/metadata/annotations")
+        .is_some_and(|a| a.get(crate::admission::approval::JUDGED_ANNOTATION).is_some());
+    let waits = preflight::plan::Plan::read(object).is_ok_and(|p| p.state == preflight::plan::State::Pending);
     (waits, judged)
+}
+
+/// The waiting plans a round could not judge, per plan namespace and why:
+/// a plan it could not read, and a pending plan a target of which it could
+/// not (its bundle past what is read, or unreadable).
+pub fn unjudged(found: &Preflight) -> Vec<((String, Unjudged), usize)> {
+    let mut counted: std::collections::BTreeMap<(String, Unjudged), usize> = Default::default();
+    let unreadable = found
+        .unreadable
+        .iter()
+        .map(|(ns, _)| (ns.clone(), Unjudged::PlanUnreadable));
+    let incomplete = found
+        .plans
+        .iter()
+        .filter(|p| p.incomplete && p.passed_over.is_none())
+        .filter_map(|p| {
+            let reason = match p.too_large.is_empty() {
+                true => Unjudged::BundleUnreadable,
+                false => Unjudged::TooLarge,
+            };
+            p.installplan().map(|(ns, _)| (ns.to_owned(), reason))
+        });
+    for key in unreadable.chain(incomplete) {
+        *counted.entry(key).or_default() += 1;
+    }
+    counted.into_iter().collect()
 }
 
 /// What the metric says: per plan's namespace, target package and reason,
