@@ -34,6 +34,7 @@ FOREIGN = {"up", "kube_deployment_status_replicas_available"}
 # (An empty family is not exposed at all.)
 AUDITED = {"digest_gate_audit_findings": {"kind", "verdict"},
            "digest_gate_pending_upgrade_findings": {"plan_namespace", "package", "reason"},
+           "digest_gate_pending_upgrade_unjudged": {"plan_namespace", "reason"},
            "digest_gate_audit_images": {"repository", "digest", "verdict"}}
 # The dashboard's variable naming the label a fleet's Prometheus puts on each
 # cluster's series (federation, Thanos): the user's, not the binary's.
@@ -198,7 +199,8 @@ def test_rules_and_dashboard_read_only_metrics_and_labels_the_binary_exposes(scr
                      "digest_gate_certificate_expiry_timestamp_seconds", "digest_gate_promoted_images",
                      "digest_gate_registry_verification_errors_total",
                      "digest_gate_registry_verification_duration_seconds_sum",
-                     "digest_gate_pending_upgrade_findings", "digest_gate_audit_images"}, shown
+                     "digest_gate_pending_upgrade_findings", "digest_gate_pending_upgrade_unjudged",
+                     "digest_gate_audit_images"}, shown
     # Panels do not overlap on Grafana's 24-column grid.
     cells = set()
     for panel in dashboard["panels"]:
@@ -286,6 +288,10 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
         # with the target's labels as the e2e reads them.
         labels = {**TARGET, "plan_namespace": "redhat-ods-operator", "package": "rhods-operator", "reason": reason}
         return "digest_gate_pending_upgrade_findings{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+    def unjudged(reason: str) -> str:
+        labels = {**TARGET, "plan_namespace": "redhat-ods-operator", "reason": reason}
+        return "digest_gate_pending_upgrade_unjudged{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
     buckets = [(n, labels) for n, labels, _ in samples if n == "digest_gate_admission_duration_seconds_bucket"
                and labels["endpoint"] == "validate"]
     assert {"1.0", "2.5", "+Inf"} <= {b[1]["le"] for b in buckets}, "the latency buckets cannot tell 1 s"
@@ -355,10 +361,12 @@ def test_every_alert_fires_when_it_should_and_not_otherwise(scrape, tmp_path):
                "reason": "stale_after_upgrade"}]),
         case("DigestGatePendingUpgradeWouldBreak", "2m",
              [(pending("stale_after_upgrade"), "0x5"), (pending("already_stale"), "2x5")], []),
-        # A release whose bundle was too large to read, until the plan goes.
-        case("DigestGatePendingUpgradeNotJudged", "2m", [(pending("not_judged"), "1x5")],
-             [{"severity": "warning", "plan_namespace": "redhat-ods-operator", "package": "rhods-operator"}]),
-        case("DigestGatePendingUpgradeNotJudged", "2m", [(pending("stale_after_upgrade"), "1x5")], []),
+        # A plan whose bundle cannot be read, for longer than OLM takes to
+        # write one; one read a few minutes later; a judged plan.
+        case("DigestGatePendingUpgradeNotJudged", "40m", [(unjudged("bundle_unreadable"), "1x45")],
+             [{"severity": "warning", "plan_namespace": "redhat-ods-operator", "reason": "bundle_unreadable"}]),
+        case("DigestGatePendingUpgradeNotJudged", "40m", [(unjudged("plan_unreadable"), "1x5 0x40")], []),
+        case("DigestGatePendingUpgradeNotJudged", "40m", [(pending("stale_after_upgrade"), "1x45")], []),
         # A 1.20 cluster's operator namespace left unlabelled, then labelled.
         case("DigestGateNamespaceWithoutNameLabel", "20m", [(unlabelled, "1x30")],
              [{"severity": "warning", "namespace": ns}]),

@@ -922,17 +922,25 @@ def test_approvals_have_a_validating_entry_of_their_own_only_when_on(default_obj
     assert entry["clientConfig"]["service"]["path"] == "/validate-approval"
     # An approval is never held up by the webhook being down.
     assert entry["failurePolicy"] == "Ignore"
-    assert entry["rules"] == [{"operations": ["UPDATE"], "apiGroups": ["operators.coreos.com"],
+    # CREATEs too: a plan created with a judgement on it (issue 59).
+    assert entry["rules"] == [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["operators.coreos.com"],
                                "apiVersions": ["v1alpha1"], "resources": ["installplans"], "scope": "Namespaced"}]
     # The installed operators' namespaces, each once.
     assert entry["namespaceSelector"] == {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "In",
          "values": ["redhat-ods-operator", "openshift-operators"]}]}
     # Helm's default capabilities are a Kubernetes of 1.28 or later: only
-    # approvals reach it. Before 1.28 the server tells approvals apart.
-    assert entry["matchConditions"][1] == {
-        "name": "approvals-only",
-        "expression": "object.spec.approved == true && !(has(oldObject.spec.approved) && oldObject.spec.approved == true)"}
+    # approvals and changes of the judgement reach it (see the next test).
+    # Before 1.28 the server tells them apart.
+    assert entry["matchConditions"][1]["name"] == "approvals-and-judgements"
+    # The server's own account may write the judgement, and those named.
+    env = {e["name"]: e.get("value") for e in one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DIGEST_GATE_JUDGEMENT_WRITERS"] == "system:serviceaccount:digest-gate:dg-digest-gate"
+    named = render({**values, "audit": {"preflight": {"enabled": True, "judgementWriters": ["system:serviceaccount:ci:pf"]}}})
+    env = {e["name"]: e.get("value") for e in one(named, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DIGEST_GATE_JUDGEMENT_WRITERS"] == "system:serviceaccount:digest-gate:dg-digest-gate,system:serviceaccount:ci:pf"
+    with pytest.raises(helm.HelmError):
+        render({**values, "audit": {"preflight": {"enabled": True, "judgementWriters": ["a,b"]}}})
     from test_golden import rendered
     old = []
     for chunk in rendered(values, "v1.20.0").split("# === ")[1:]:
@@ -946,6 +954,48 @@ def test_approvals_have_a_validating_entry_of_their_own_only_when_on(default_obj
     assert "allowlist.fromInstalledOperators" in str(err.value)
     with pytest.raises(helm.HelmError):
         render({"audit": {"preflight": {"enabled": "yes"}}})
+
+
+def test_the_approval_entry_lets_through_exactly_approvals_and_judgement_writes():
+    """Issue 59: on 1.28+ the entry's matchCondition decides what reaches the
+    webhook. The e2e apiserver (1.20) predates matchConditions, so the
+    expression the chart renders is evaluated here by a CEL implementation,
+    on the cases the server's own rules distinguish."""
+    import celpy
+    values = {"audit": {"preflight": {"enabled": True}}, "allowlist": {"fromInstalledOperators": FROM_OPERATORS}}
+    (entry,) = [w for c in webhook_configs(render(values)) for w in c["webhooks"] if "approvals" in w["name"]]
+    (condition,) = [c for c in entry["matchConditions"] if c["name"] == "approvals-and-judgements"]
+    env = celpy.Environment()
+    program = env.program(env.compile(condition["expression"]))
+
+    def plan(approved=None, **annotations):
+        p = {"metadata": {"name": "install-x", "namespace": "ops"}, "spec": {"approval": "Manual"}}
+        if annotations:
+            p["metadata"]["annotations"] = {k.replace("_", "-").replace("judged", "digest-gate.dev/preflight"): v
+                                            for k, v in annotations.items()}
+        if approved is not None:
+            p["spec"]["approved"] = approved
+        return p
+
+    def reaches(operation, new, old):
+        activation = {"request": celpy.json_to_cel({"operation": operation}),
+                      "object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old)}
+        return bool(program.evaluate(activation))
+
+    judged = '{"judgedAt": "2026-12-08T00:00:00Z", "targets": []}'
+    assert reaches("UPDATE", plan(True), plan(False))
+    assert reaches("UPDATE", plan(True), plan())
+    assert not reaches("UPDATE", plan(True), plan(True))
+    assert not reaches("UPDATE", plan(False), plan(True))
+    assert reaches("UPDATE", plan(False, judged=judged), plan(False))
+    assert reaches("UPDATE", plan(False), plan(False, judged=judged))
+    assert reaches("UPDATE", plan(False, judged=judged), plan(False, judged="{}"))
+    assert not reaches("UPDATE", plan(False, judged=judged, team="b"), plan(False, judged=judged))
+    assert not reaches("UPDATE", plan(False, team="b"), plan(False))
+    assert reaches("CREATE", plan(False, judged=judged), None)
+    assert not reaches("CREATE", plan(False), None)
+    # OLM creates an Automatic plan approved: not an approval to judge.
+    assert not reaches("CREATE", plan(True), None)
 
 
 def test_below_1_21_every_namespace_an_entry_names_is_labelled_and_checked():

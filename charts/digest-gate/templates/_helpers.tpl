@@ -252,18 +252,26 @@ Templates' entries, with namespaces and a failure policy of their own.
 {{- $pf := $root.Values.audit.preflight }}
 {{- if and (eq .prefix "validate") (kindIs "map" $pf) $pf.enabled }}
 {{- /* An operator upgrade's approval, answered from the pre-flight's judgement
-on the plan: UPDATEs of InstallPlans in the installed operators' namespaces
-only, never blocked by the webhook being down. */}}
+on the plan, and that judgement guarded (only digest-gate writes it): CREATEs
+and UPDATEs of InstallPlans in the installed operators' namespaces only, never
+blocked by the webhook being down. */}}
 {{- $namespaces := include "digest-gate.operatorNamespaces" $root | fromJsonArray }}
 {{- if not $namespaces }}
 {{- fail "audit.preflight.enabled answers the approvals of the installed operators' upgrades: name their namespaces in allowlist.fromInstalledOperators" }}
 {{- end }}
 {{- $operators := dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $namespaces)) }}
-{{- $rules := list (dict "operations" (list "UPDATE") "apiGroups" (list "operators.coreos.com") "apiVersions" (list "v1alpha1") "resources" (list "installplans") "scope" "Namespaced") | toYaml }}
+{{- $rules := list (dict "operations" (list "CREATE" "UPDATE") "apiGroups" (list "operators.coreos.com") "apiVersions" (list "v1alpha1") "resources" (list "installplans") "scope" "Namespaced") | toYaml }}
 {{- $entry := dict "name" "-approvals" "path" "/validate-approval" "failurePolicy" "Ignore" "exactSelector" $operators "rules" $rules }}
 {{- if $matchConditions }}
-{{- /* Only an update that approves the plan reaches the webhook. */}}
-{{- $_ := set $entry "matchConditions" (list (dict "name" "approvals-only" "expression" "object.spec.approved == true && !(has(oldObject.spec.approved) && oldObject.spec.approved == true)")) }}
+{{- /* Only an update that approves the plan, and a change that writes its
+judgement, reach the webhook (CEL: the annotation's value, '' when absent;
+oldObject is null on a CREATE). */}}
+{{- $judged := "(has(%s.metadata.annotations) && 'digest-gate.dev/preflight' in %s.metadata.annotations ? %s.metadata.annotations['digest-gate.dev/preflight'] : '')" }}
+{{- $new := printf $judged "object" "object" "object" }}
+{{- $old := printf $judged "oldObject" "oldObject" "oldObject" }}
+{{- $approves := "(request.operation == 'UPDATE' && has(object.spec.approved) && object.spec.approved == true && !(has(oldObject.spec.approved) && oldObject.spec.approved == true))" }}
+{{- $writes := printf "(request.operation == 'CREATE' ? %s != '' : %s != %s)" $new $new $old }}
+{{- $_ := set $entry "matchConditions" (list (dict "name" "approvals-and-judgements" "expression" (printf "%s || %s" $approves $writes))) }}
 {{- end }}
 {{- $entries = append $entries $entry }}
 {{- end }}
