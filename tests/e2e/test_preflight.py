@@ -19,6 +19,7 @@ import os
 import pathlib
 import shlex
 import subprocess
+import time
 
 import jsonschema
 import pytest
@@ -36,6 +37,10 @@ APPS = "pf-apps"
 MODELS = "pf-models"
 MARKETPLACE = "pf-marketplace"
 SELECTOR = "digest-gate-e2e/preflight=yes"
+# The e2e control plane's admin user (cluster.py's token file).
+ADMIN = "e2e-admin"
+JUDGED = "digest-gate.dev/preflight"
+ACKNOWLEDGED = "digest-gate.dev/approve-despite-findings"
 OLD, NEW = "rhods-operator.1.20.1", "rhods-operator.1.21.0"
 BUNDLE = "registry.redhat.io/rhods/odh-operator-bundle:v1.21.0"
 PROPERTIES = json.dumps({"properties": [
@@ -650,7 +655,8 @@ def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, relea
     incident.kubectl("label", "namespace", OPERATORS, f"kubernetes.io/metadata.name={OPERATORS}", "--overwrite")
     name = "install-approve"
     incident.apply(plan(name, [csv_step(NEW, reference("bundle-gzip"))], [lookup(NEW)]))
-    operators = {"audit": {"preflight": {"enabled": True}},
+    # The person who runs `preflight --annotate` is named a judgement writer.
+    operators = {"audit": {"preflight": {"enabled": True, "judgementWriters": [ADMIN]}},
                  "allowlist": {"fromInstalledOperators": [{"namespace": OPERATORS}]}}
     release.install(operators | {"kindModes": {"InstallPlan": "enforce"}})
     # Not judged yet: let through, and said.
@@ -688,6 +694,107 @@ def test_the_approval_is_answered_from_the_judgement_on_the_plan(incident, relea
     incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
 
 
+def nested(depth: int) -> dict:
+    """A value `depth` mappings deep: past serde_json's 128."""
+    out: dict = {}
+    for _ in range(depth):
+        out = {"f:x": out}
+    return out
+
+
+def test_the_gate_holds_against_the_people_it_gates(incident, release):
+    """Issue 59, each bypass found on a real apiserver with the chart's
+    entries, in enforce mode for InstallPlans: a judgement forged or removed
+    before approving, an acknowledgement set earlier, and one request whose
+    managedFields nest past the decoder's depth (answered with a 400 before,
+    which the entry's failurePolicy: Ignore turned into an approval)."""
+    incident.kubectl("label", "namespace", OPERATORS, f"kubernetes.io/metadata.name={OPERATORS}", "--overwrite")
+    name = "install-gate"
+    incident.apply(plan(name, [csv_step(NEW, reference("bundle-gzip"))], [lookup(NEW)]))
+    enforce = {"kindModes": {"InstallPlan": "enforce"},
+               "allowlist": {"fromInstalledOperators": [{"namespace": OPERATORS}]}}
+    release.install(enforce | {"audit": {"preflight": {"enabled": True}}})
+    # Only the server, and those named, write the judgement.
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/{name}", "--annotate")
+    assert code == 2 and f"only digest-gate writes InstallPlan {OPERATORS}/{name}'s {JUDGED} annotation" in out + err \
+        and f"{ADMIN} may not add it" in out + err, out + err
+    assert judgement_on(incident, OPERATORS, name) is None
+    release.upgrade(enforce | {"audit": {"preflight": {"enabled": True, "judgementWriters": [ADMIN]}}})
+    code, out, err = preflight(incident, "--installplan", f"{OPERATORS}/{name}", "--annotate")
+    assert code == 1, out + err
+    judged = judgement_on(incident, OPERATORS, name)
+    assert judged["staleAfterUpgrade"] >= 2, judged
+    release.upgrade(enforce | {"audit": {"preflight": {"enabled": True}}})
+
+    def denied(r: subprocess.CompletedProcess, *said: str):
+        assert r.returncode != 0 and 'admission webhook "validate-approvals.digest-gate.dev" denied' in r.stderr, \
+            r.stdout + r.stderr
+        for s in said:
+            assert s in r.stderr, r.stderr
+
+    # A clean judgement forged, then the approval: the forgery is denied.
+    clean = {**judged, "staleAfterUpgrade": 0, "alreadyStale": 0, "named": [], "more": 0}
+    r = incident.kubectl("-n", OPERATORS, "annotate", "--overwrite", "installplan", name,
+                         f"{JUDGED}={json.dumps(clean)}", check=False)
+    denied(r, f"{ADMIN} may not change it", "Leave it as it is")
+    # Removed, to be approved as "not judged yet": denied as well.
+    r = incident.kubectl("-n", OPERATORS, "annotate", "installplan", name, f"{JUDGED}-", check=False)
+    denied(r, f"{ADMIN} may not remove it")
+    assert judgement_on(incident, OPERATORS, name) == judged
+    # An acknowledgement set earlier (by anyone) does not carry a later
+    # approval; one given with it does.
+    incident.kubectl("-n", OPERATORS, "annotate", "installplan", name, f"{ACKNOWLEDGED}=set last week")
+    denied(approve(incident, name), "it counts only when given with it")
+    r = approve(incident, name, reason="the runtime goes today")
+    assert r.returncode == 0 and "approved despite these findings" in r.stderr, r.stderr
+    # One request: the approval with managedFields 200 deep.
+    stored = incident.get("installplan", name, OPERATORS)
+    stored["spec"]["approved"] = True
+    stored["metadata"]["managedFields"] = [{"manager": "e2e", "operation": "Update", "fieldsType": "FieldsV1",
+                                            "apiVersion": "operators.coreos.com/v1alpha1", "fieldsV1": nested(200)}]
+    r = incident.kubectl("replace", "--dry-run=server", "-f", "-", input=json.dumps(stored), check=False)
+    denied(r, f"approving InstallPlan {OPERATORS}/{name} leaves {judged['staleAfterUpgrade']} objects")
+    assert not judgement_on(incident, OPERATORS, name) is None
+    incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
+
+
+def test_one_plan_nobody_can_read_is_its_own_error_and_nothing_is_written_twice(incident):
+    """Issue 59: one stored plan with managedFields nested past serde_json's
+    depth made every list of plans fail, and so every round; one that does
+    not read as OLM writes plans is that plan's error; a round re-wrote
+    every plan's judgement, an update event for OLM each time."""
+    deep = plan("install-deep", [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)])
+    deep["metadata"]["managedFields"] = [{"manager": "e2e", "operation": "Update", "fieldsType": "FieldsV1",
+                                          "apiVersion": "operators.coreos.com/v1alpha1", "fieldsV1": nested(200)}]
+    # (A spec nested 200 deep, which the permissive CRD would keep, makes
+    # this apiserver time out; a unit test of the list's items has it.)
+    garbled = plan("install-garbled", [csv_step(NEW, "{not json")], [lookup(NEW)])
+    many = [plan(f"install-many-{i:02}", [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)])
+            for i in range(50)]
+    incident.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                              "items": [deep, garbled, *many]}))
+    try:
+        assert incident.get("installplan", "install-deep", OPERATORS)["metadata"]["managedFields"][0]["manager"] \
+            == "e2e", "the apiserver did not keep the managedFields"
+        code, out, err = preflight(incident, "--all-pending", "--annotate")
+        assert code == 2, out + err
+        assert f"InstallPlan {OPERATORS}/install-garbled: the step of CSV {NEW} holds no manifest" in out + err, \
+            out + err
+        assert "cannot list" not in out + err, out + err
+        for judged in ("install-deep", "install-many-00", "install-many-49"):
+            assert judgement_on(incident, OPERATORS, judged) is not None, judged
+        versions = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+                    for p in incident.get("installplans", namespace=OPERATORS)["items"]}
+        code, out, err = preflight(incident, "--all-pending", "--annotate")
+        assert "judgement unchanged, not written again, on InstallPlan" in out, out
+        after = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+                 for p in incident.get("installplans", namespace=OPERATORS)["items"]}
+        assert after == versions
+    finally:
+        incident.kubectl("-n", OPERATORS, "delete", "installplan", "install-deep", "install-garbled",
+                         *(p["metadata"]["name"] for p in many))
+
+
 def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release):
     """serve --audit-preflight: the leader judges every plan waiting in the
     operators' namespace after its audit, leaves the judgement on each,
@@ -700,6 +807,7 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     incident.kubectl("label", "namespace", OPERATORS, "kubernetes.io/metadata.name-")
     name = "install-background"
     incident.apply(plan(name, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
+    started = time.monotonic()
     installed = release.install({"audit": {"enabled": True, "interval": "1h", "preflight": {"enabled": True},
                                "policyReports": {"enabled": True},
                                "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}},
@@ -742,6 +850,9 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
         "digest_gate_pending_upgrade_findings", plan_namespace=OPERATORS, package="rhods-operator",
         reason="stale_after_upgrade") >= 2, timeout=60)
     wait_until("the round's Event and report", lambda: events(name) and report(name), timeout=60)
+    # The plan whose bundle is gone cannot be judged: counted, so it alerts.
+    assert release.pod.metric("digest_gate_pending_upgrade_unjudged", plan_namespace=OPERATORS,
+                              reason="bundle_unreadable") >= 1
     (event,) = events(name)
     assert event["type"] == "Warning" and event["involvedObject"]["uid"], event
     assert event["message"].startswith("digest-gate: approving it leaves "), event
@@ -751,11 +862,21 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     # A plan that comes to wait is judged at once (the watch), not at the
     # next audit an hour away.
     rounds = release.pod.metric("digest_gate_audit_duration_seconds_count")
+    version = incident.get("installplan", name, OPERATORS)["metadata"]["resourceVersion"]
     later = "install-later"
     incident.apply(plan(later, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)]))
     judged = wait_until("the judgement of a plan that came to wait", lambda: judgement(later), timeout=60)
     assert judged["targets"] == [NEW], judged
     assert release.pod.metric("digest_gate_audit_duration_seconds_count") == rounds, "it was not the audit"
+    # That round judged the first plan again and found the same: it left
+    # the plan alone (no update event for OLM).
+    assert incident.get("installplan", name, OPERATORS)["metadata"]["resourceVersion"] == version
+    # The InstallPlan watch stays open in a quiet cluster: the client's
+    # request bound (30 s) no longer cuts it, which logged a WARN and
+    # listed every plan again twice a minute.
+    time.sleep(max(0.0, 65 - (time.monotonic() - started)))
+    log = release.pod.log_path.read_text()
+    assert "the InstallPlan watch failed" not in log, log[-3000:]
     # Approved (with a reason: enforce mode), the plan no longer waits: its
     # report, its Event and its series go; the other plan's stay.
     incident.kubectl("-n", OPERATORS, "patch", "installplan", name, "--type", "merge", "-p", json.dumps(
@@ -902,6 +1023,8 @@ def test_the_background_round_survives_a_hostile_bundle_at_the_charts_limit(inci
                                     plan_namespace=OPERATORS) >= 1
             wait_until("the hostile bundle's release counted as not judged", counted, timeout=90)
             serve.check_alive()
+            assert admin_metric(admin, "digest_gate_pending_upgrade_unjudged", reason="too_large",
+                                plan_namespace=OPERATORS) >= 1
             stored = incident.get("installplan", "install-bomb-bg", OPERATORS)
             assert "allowed" in review_approval(serve, stored)
             assert "bundle too large or too complex" in serve.tail(200), serve.tail()
