@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 const POD: &str = include_str!("../bench/modelmesh-pod.json");
 const PROMOTED: &str = include_str!("../bench/modelmesh-promoted.txt");
 const REGO: &str = include_str!("rego/promoted_digests.rego");
+/// A real CSV, the size of what an InstallPlan's steps carry inline.
+const CSV: &str = include_str!("../tests/fixtures/olm/rhods-operator.3.3.5.clusterserviceversion.yaml");
 use digest_gate::testing::BAD as NEVER_PROMOTED;
 
 /// Hex that looks like a digest, derived from `i` (no crypto needed).
@@ -262,8 +264,84 @@ fn bench_rego(c: &mut Criterion) {
     g.finish();
 }
 
+/// An InstallPlan as OLM stores it (the shape of
+/// tests/fixtures/olm/installplan-quay-operator-743.yaml), its steps
+/// carrying a real CSV inline three times, `approved` as given.
+fn installplan(approved: bool) -> Value {
+    let step = |kind: &str| {
+        json!({"resolving": "rhods-operator.3.3.5", "status": "Created",
+               "resource": {"group": "operators.coreos.com", "version": "v1alpha1", "kind": kind,
+                            "name": "rhods-operator.3.3.5", "sourceName": "redhat-operators",
+                            "sourceNamespace": "openshift-marketplace", "manifest": CSV}})
+    };
+    let judged = json!({"judgedAt": "2026-12-08T09:00:00Z", "targets": ["rhods-operator.3.3.5"],
+                        "staleAfterUpgrade": 2, "named": ["models/ServingRuntime/ovms", "models/Deployment/ovms"]});
+    json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "InstallPlan",
+           "metadata": {"name": "install-4tlmv", "namespace": "redhat-ods-operator", "generateName": "install-",
+                        "labels": {"operators.coreos.com/rhods-operator.redhat-ods-operator": ""},
+                        "annotations": {"digest-gate.dev/preflight": judged.to_string()},
+                        "ownerReferences": [{"apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription",
+                                             "name": "rhods-operator", "uid": "1be041ab-4c16-48ed-ba7e-9bb5a615f595",
+                                             "controller": false, "blockOwnerDeletion": false}],
+                        "managedFields": [{"manager": "catalog", "operation": "Update", "fieldsType": "FieldsV1",
+                                           "fieldsV1": {"f:spec": {"f:approval": {}, "f:approved": {}}}}]},
+           "spec": {"approval": "Manual", "approved": approved,
+                    "clusterServiceVersionNames": ["rhods-operator.3.3.5"], "generation": 1},
+           "status": {"phase": "RequiresApproval", "catalogSources": [],
+                      "plan": [step("ClusterServiceVersion"), step("CustomResourceDefinition"), step("Secret")]}})
+}
+
+/// `/validate-approval`: every InstallPlan UPDATE reaches it before 1.28
+/// (no matchConditions), so what a plain update costs (a label changed)
+/// beside an approval judged, and the JSON floor of the same body.
+fn bench_approval(c: &mut Criterion) {
+    use admission::approval::Approvals;
+    let writers = vec!["system:serviceaccount:digest-gate:digest-gate".to_owned()];
+    let rules = Approvals {
+        mode: digest_gate::policy::Mode::Enforce,
+        writers: &writers,
+    };
+    let update = |old: &Value, new: &Value| {
+        let mut body: Value = serde_json::from_slice(&review_body(new)).unwrap();
+        body["request"]["operation"] = json!("UPDATE");
+        body["request"]["kind"] =
+            json!({"group": "operators.coreos.com", "version": "v1alpha1", "kind": "InstallPlan"});
+        body["request"]["oldObject"] = old.clone();
+        serde_json::to_vec(&body).unwrap()
+    };
+    let mut relabelled = installplan(false);
+    relabelled["metadata"]["labels"]["team"] = json!("models");
+    let plain = update(&installplan(false), &relabelled);
+    let approval = update(&installplan(false), &installplan(true));
+    let mut g = c.benchmark_group("approval");
+    g.throughput(Throughput::Bytes(plain.len() as u64));
+    g.bench_function("installplan_update", |b| {
+        b.iter(|| {
+            admission::answer_approval(black_box(&plain), rules)
+                .unwrap()
+                .allowed
+        })
+    });
+    g.bench_function("installplan_approval_denied", |b| {
+        b.iter(|| {
+            admission::answer_approval(black_box(&approval), rules)
+                .unwrap()
+                .allowed
+        })
+    });
+    g.bench_function("json_floor_installplan_update", |b| {
+        b.iter(|| {
+            serde_json::from_slice::<Value>(black_box(&plain))
+                .unwrap()
+                .is_object()
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    bench_approval,
     bench_reference,
     bench_containers,
     bench_allowlist_size,

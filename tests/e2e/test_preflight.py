@@ -776,16 +776,19 @@ def test_one_plan_nobody_can_read_is_its_own_error_and_nothing_is_written_twice(
     try:
         assert incident.get("installplan", "install-deep", OPERATORS)["metadata"]["managedFields"][0]["manager"] \
             == "e2e", "the apiserver did not keep the managedFields"
-        code, out, err = preflight(incident, "--all-pending", "--annotate")
+        # The plans of the tests before are their own; those of this one are
+        # all in the operators' namespace.
+        run = ("--all-pending", "--plan-namespace", OPERATORS, "--annotate")
+        code, out, err = preflight(incident, *run)
         assert code == 2, out + err
         assert f"InstallPlan {OPERATORS}/install-garbled: the step of CSV {NEW} holds no manifest" in out + err, \
             out + err
         assert "cannot list" not in out + err, out + err
         for judged in ("install-deep", "install-many-00", "install-many-49"):
-            assert judgement_on(incident, OPERATORS, judged) is not None, judged
+            assert judgement_on(incident, OPERATORS, judged) is not None, f"{judged}:\n{out}{err}"
         versions = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
                     for p in incident.get("installplans", namespace=OPERATORS)["items"]}
-        code, out, err = preflight(incident, "--all-pending", "--annotate")
+        code, out, err = preflight(incident, *run)
         assert "judgement unchanged, not written again, on InstallPlan" in out, out
         after = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
                  for p in incident.get("installplans", namespace=OPERATORS)["items"]}
