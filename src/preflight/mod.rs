@@ -405,8 +405,9 @@ fn release(name: &str, csv: &Value) -> Option<Allowlist> {
 }
 
 /// The end of a run: an error or a note the targets' allowlists share said
-/// once, and
-/// a run that judged nothing never a pass.
+/// once, and a run that judged nothing never a pass — except
+/// `--all-pending` finding nothing that waits, which is an answer (most
+/// clusters, most days): a note, and exit 0.
 fn ended(plans: &Plans, found: &mut Preflight) {
     let mut said = std::collections::HashSet::new();
     found.errors.retain(|e| said.insert(e.clone()));
@@ -414,18 +415,25 @@ fn ended(plans: &Plans, found: &mut Preflight) {
     if !found.errors.is_empty() || found.plans.iter().any(|p| !p.targets.is_empty()) {
         return;
     }
-    let none = match plans {
-        Plans::AllPending { namespaces } if namespaces.is_empty() => {
-            "no InstallPlan waits for an approval".to_owned()
+    let unjudged = match plans {
+        Plans::AllPending { namespaces } => {
+            let within = match namespaces.is_empty() {
+                true => String::new(),
+                false => format!(" in {}", namespaces.join(", ")),
+            };
+            let passed = found.plans.len();
+            found.notes.push(match passed {
+                0 => format!("no InstallPlan waits for an approval{within}"),
+                n => format!(
+                    "no InstallPlan waiting for an approval{within} was judged: {n} passed over (see above)"
+                ),
+            });
+            return;
         }
-        Plans::AllPending { namespaces } => format!(
-            "no InstallPlan waits for an approval in {}",
-            namespaces.join(", ")
-        ),
         Plans::Named { namespace, name } => format!("InstallPlan {namespace}/{name} was not judged"),
         Plans::File(target) => format!("{} was not judged", target.label()),
     };
-    found.errors.push(format!("{none}: nothing was judged"));
+    found.errors.push(format!("{unjudged}: nothing was judged"));
 }
 
 /// Reads every object once and judges it by each target's two allowlists.
@@ -697,6 +705,36 @@ fn release_changes(
 mod tests {
     use super::*;
     use crate::allowlist::{CatalogOptions, load_paths_with};
+
+    /// Issue 60: nothing waiting is an answer (exit 0, a note); a plan
+    /// named or a file not judged is still an error.
+    #[test]
+    fn nothing_waiting_is_an_answer_and_nothing_judged_is_not() {
+        let all = Plans::AllPending {
+            namespaces: vec!["redhat-ods-operator".into()],
+        };
+        let mut found = Preflight::default();
+        ended(&all, &mut found);
+        assert_eq!(
+            (found.errors.len(), found.notes.as_slice()),
+            (
+                0,
+                &["no InstallPlan waits for an approval in redhat-ods-operator".to_owned()][..]
+            )
+        );
+        assert_eq!(render::exit_code(&found), 0);
+        let named = Plans::Named {
+            namespace: "ops".into(),
+            name: "install-x".into(),
+        };
+        let mut found = Preflight::default();
+        ended(&named, &mut found);
+        assert_eq!(
+            found.errors,
+            ["InstallPlan ops/install-x was not judged: nothing was judged"]
+        );
+        assert_eq!(render::exit_code(&found), 2);
+    }
 
     /// The real RHOAI catalog fragment: fast-3.x runs 3.0.0 → 3.2.0 →
     /// 3.3.0 → 3.3.1, ordered by the catalog reader.

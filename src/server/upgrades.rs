@@ -153,14 +153,12 @@ impl Upgrades {
             );
             settle(connection, &mut found, wrote).await;
         }
-        // "Nothing waits for an approval" is the usual answer, and a plan
-        // OLM is still unpacking a passing state: logged, not failures.
-        let idle = |e: &String| e.ends_with(": nothing was judged");
-        for e in found.errors.iter().filter(|e| !idle(e)) {
+        // A plan OLM is still unpacking, or one that cannot be read, is
+        // that plan's error: logged and counted, not a failed round.
+        for e in &found.errors {
             tracing::warn!(error = %e, "pre-flight");
         }
-        let idle = found.errors.iter().filter(|e| idle(e)).count();
-        let failures = found.errors.len().saturating_sub(found.plan_errors + idle);
+        let failures = found.errors.len().saturating_sub(found.plan_errors);
         if failures > 0 {
             metrics.failed();
         }

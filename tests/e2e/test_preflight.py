@@ -895,6 +895,37 @@ def test_the_webhook_judges_pending_plans_in_the_background(report_crds, release
     incident.kubectl("-n", OPERATORS, "delete", "installplan", name)
 
 
+def test_the_round_settles_when_the_last_waiting_plan_is_approved(incident, release):
+    """Issue 60: "no InstallPlan waits" was an error that left the round
+    incomplete, so once the last waiting plan of the operators' namespaces
+    was approved its Warning Event and its series stayed for ever."""
+    operators = "pf-operators-last"
+    incident.namespace(operators, dict([SELECTOR.split("=")]))
+    installed = csv("rhods-operator.1.20.1.csv.yaml")
+    installed["metadata"]["namespace"] = operators
+    incident.apply(installed)
+    name = "install-last"
+    incident.apply(plan(name, [csv_step(NEW, reference("bundle-plain"))], [lookup(NEW)], namespace=operators))
+    release.install({"audit": {"enabled": True, "interval": "1h", "preflight": {"enabled": True},
+                               "namespaceSelector": {"matchLabels": dict([SELECTOR.split("=")])}},
+                     "allowlist": {"fromInstalledOperators": [{"namespace": operators}]}})
+
+    def events() -> list[dict]:
+        return [e for e in incident.get("events", namespace=operators)["items"]
+                if e["reason"] == "UpgradeWouldBreak" and e["involvedObject"]["name"] == name]
+
+    def series() -> float:
+        return release.pod.metric("digest_gate_pending_upgrade_findings", plan_namespace=operators,
+                                  reason="stale_after_upgrade")
+    wait_until("the waiting plan's Event and series", lambda: events() and series() >= 1, timeout=90)
+    incident.kubectl("-n", operators, "patch", "installplan", name, "--type", "merge", "-p",
+                     json.dumps({"spec": {"approved": True}}))
+    wait_until("the approved plan's Event and series gone", lambda: not events() and series() == 0, timeout=60)
+    log = release.pod.log_path.read_text()
+    assert "nothing was judged" not in log, log[-2000:]
+    incident.delete_namespace(operators)
+
+
 def test_the_background_pre_flight_asks_the_registry_about_a_waiting_plan(incident, mirror, tmp_path):
     """serve --audit-preflight --verify-registry: the waiting plan's new
     digests are verified where the nodes pull them (the mirror), not only
