@@ -16,6 +16,9 @@ pub enum DurationError {
         text: String,
         source: humantime::DurationError,
     },
+    /// Zero where only a time to wait makes sense (a timeout, a deadline).
+    #[error("'{text}': must be more than zero (e.g. 500ms, 10s, 2m)")]
+    Zero { text: String },
 }
 
 /// `500ms`, `10s`, `2m`, `1h 30m` (humantime), or a bare number of seconds.
@@ -36,9 +39,32 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     })
 }
 
+/// [`parse_duration`], zero refused: a timeout of `0s` is taken by no one
+/// as "no time at all", and the request it bounded then failed as if the
+/// cluster or registry could not be reached.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, DurationError> {
+    match parse_duration(s)? {
+        Duration::ZERO => Err(DurationError::Zero {
+            text: s.trim().to_owned(),
+        }),
+        d => Ok(d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_is_more_than_zero() {
+        assert_eq!(parse_positive_duration("10s"), Ok(Duration::from_secs(10)));
+        for zero in ["0", "0s", " 0ms "] {
+            assert_eq!(
+                parse_positive_duration(zero).unwrap_err().to_string(),
+                format!("'{}': must be more than zero (e.g. 500ms, 10s, 2m)", zero.trim())
+            );
+        }
+    }
 
     #[test]
     fn durations_parse_with_units_or_as_bare_seconds() {

@@ -28,7 +28,7 @@ pub struct ClusterArgs {
     /// connecting, waiting for the answer and reading it (a page of a
     /// list, an exec credential plugin's run) [default: 30s].
     #[arg(long, env = "DIGEST_GATE_CLUSTER_TIMEOUT", value_name = "DURATION",
-          value_parser = crate::flags::parse_duration)]
+          value_parser = crate::flags::parse_positive_duration)]
     pub cluster_timeout: Option<Duration>,
     /// Refuses a cluster answer larger than this many bytes (a page of a
     /// list, discovery) [default: 67108864, 64 MiB].
@@ -408,33 +408,194 @@ pub fn contexts(
     Ok(found)
 }
 
-/// `$KUBECONFIG` (its files merged, as kubectl merges them) or
-/// `~/.kube/config`, with what messages call it.
+/// `$KUBECONFIG` (its files merged, as kubectl merges them, and better:
+/// see [`merged`]) or `~/.kube/config`, with what messages call it.
 fn kubeconfig_from_env() -> Result<Option<(Kubeconfig, String)>, String> {
+    kubeconfig_and_notes().map(|(found, _)| found)
+}
+
+/// What reading the kubeconfig from the environment had to say (a file
+/// named and missing, a name an earlier file took): warnings for the
+/// commands to print before they connect. Nothing when `--kubeconfig`
+/// names one file, or when it cannot be read (that error comes when the
+/// command connects).
+pub fn kubeconfig_notes(kubeconfig: Option<&std::path::Path>) -> Vec<String> {
+    match kubeconfig {
+        Some(_) => Vec::new(),
+        None => kubeconfig_and_notes().map(|(_, notes)| notes).unwrap_or_default(),
+    }
+}
+
+/// A kubeconfig and what messages call it.
+type Found = Option<(Kubeconfig, String)>;
+
+fn kubeconfig_and_notes() -> Result<(Found, Vec<String>), String> {
     if let Some(paths) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
         let shown = paths.to_string_lossy().into_owned();
-        return match Kubeconfig::from_env() {
-            Ok(Some(k)) => Ok(Some((k, shown))),
-            Ok(None) => Ok(None),
-            Err(e) => Err(format!("$KUBECONFIG {shown}: {}", error_chain(&e))),
-        };
+        let (merged, notes) =
+            merged(std::env::split_paths(&paths)).map_err(|e| format!("$KUBECONFIG {shown}: {e}"))?;
+        return Ok((merged.map(|k| (k, shown)), notes));
     }
     let Some(home) = std::env::var_os("HOME") else {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     };
     let path = PathBuf::from(home).join(".kube").join("config");
     if !path.exists() {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
     let shown = path.display().to_string();
     Kubeconfig::read_from(&path)
-        .map(|k| Some((k, shown.clone())))
+        .map(|k| (Some((k, shown.clone())), Vec::new()))
         .map_err(|e| format!("{shown}: {}", error_chain(&e)))
+}
+
+/// The files of `$KUBECONFIG` merged as kubectl merges them (the first to
+/// set a value wins), with two differences that keep a cluster from being
+/// dropped or read with another's credentials: a file that does not exist
+/// is skipped, as kubectl skips it, and said; and a later file's context,
+/// cluster or user whose name an earlier file took for something else is
+/// kept under `FILE:NAME` and said, where kubectl drops it (per-cluster
+/// installer kubeconfigs all name their context `admin`). `None`: no file.
+fn merged(paths: impl Iterator<Item = PathBuf>) -> Result<(Option<Kubeconfig>, Vec<String>), String> {
+    let mut merged: Option<Kubeconfig> = None;
+    let mut notes = Vec::new();
+    for path in paths {
+        if !path.exists() {
+            notes.push(format!(
+                "$KUBECONFIG names {}, which does not exist: skipped",
+                path.display()
+            ));
+            continue;
+        }
+        let mut next =
+            Kubeconfig::read_from(&path).map_err(|e| format!("{}: {}", path.display(), error_chain(&e)))?;
+        merged = Some(match merged {
+            None => next,
+            Some(earlier) => {
+                notes.extend(keep_apart(&earlier, &mut next, &path.display().to_string()));
+                earlier
+                    .merge(next)
+                    .map_err(|e| format!("{}: {}", path.display(), error_chain(&e)))?
+            }
+        });
+    }
+    Ok((merged, notes))
+}
+
+/// Renames what of `next` (read from `file`) an `earlier` kubeconfig names
+/// differently to `FILE:NAME`, its contexts' references following, and
+/// says which contexts were renamed. Compared whole, credentials included
+/// (never shown): the same entry in two files is one.
+fn keep_apart(earlier: &Kubeconfig, next: &mut Kubeconfig, file: &str) -> Vec<String> {
+    fn same<T: serde::Serialize>(a: &T, b: &T) -> bool {
+        serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+    }
+    let renamed = |name: &str| format!("{file}:{name}");
+    let mut clusters = std::collections::HashMap::new();
+    for c in &mut next.clusters {
+        if earlier
+            .clusters
+            .iter()
+            .any(|e| e.name == c.name && !same(&e.cluster, &c.cluster))
+        {
+            clusters.insert(c.name.clone(), renamed(&c.name));
+            c.name = renamed(&c.name);
+        }
+    }
+    let mut users = std::collections::HashMap::new();
+    for u in &mut next.auth_infos {
+        if earlier
+            .auth_infos
+            .iter()
+            .any(|e| e.name == u.name && !same(&e.auth_info, &u.auth_info))
+        {
+            users.insert(u.name.clone(), renamed(&u.name));
+            u.name = renamed(&u.name);
+        }
+    }
+    let mut notes = Vec::new();
+    for ctx in &mut next.contexts {
+        if let Some(c) = ctx.context.as_mut() {
+            if let Some(name) = clusters.get(&c.cluster) {
+                c.cluster = name.clone();
+            }
+            if let Some(name) = c.user.as_ref().and_then(|u| users.get(u)) {
+                c.user = Some(name.clone());
+            }
+        }
+        if earlier
+            .contexts
+            .iter()
+            .any(|e| e.name == ctx.name && !same(&e.context, &ctx.context))
+        {
+            let name = renamed(&ctx.name);
+            notes.push(format!(
+                "context \"{}\" of {file} is not the one an earlier $KUBECONFIG file names so: read as \"{name}\"",
+                ctx.name
+            ));
+            ctx.name = name;
+        }
+    }
+    notes
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kubeconfig(dir: &std::path::Path, file: &str, server: &str, token: &str) -> PathBuf {
+        let path = dir.join(file);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: admin\nclusters:\n- name: cluster\n  cluster: {{server: \"{server}\"}}\nusers:\n- name: admin\n  user: {{token: {token}}}\ncontexts:\n- name: admin\n  context: {{cluster: cluster, user: admin}}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Issue 60: two installer kubeconfigs both name their context, cluster
+    /// and user `admin`/`cluster`: kubectl's merge keeps the first file's
+    /// and drops the second cluster; a missing file failed the whole read.
+    #[test]
+    fn kubeconfig_files_merge_without_dropping_a_cluster() {
+        let dir = std::env::temp_dir().join(format!("dg-kubeconfig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = kubeconfig(&dir, "ukce", "https://ukce:6443", "a");
+        let b = kubeconfig(&dir, "frkq", "https://frkq:6443", "b");
+        let same = kubeconfig(&dir, "ukce-again", "https://ukce:6443", "a");
+        let missing = dir.join("nonexistent");
+        let (config, notes) = merged([a, missing.clone(), b.clone(), same].into_iter()).unwrap();
+        let config = config.unwrap();
+        let b_admin = format!("{}:admin", b.display());
+        assert_eq!(
+            notes,
+            [
+                format!(
+                    "$KUBECONFIG names {}, which does not exist: skipped",
+                    missing.display()
+                ),
+                format!(
+                    "context \"admin\" of {} is not the one an earlier $KUBECONFIG file names so: read as \"{b_admin}\"",
+                    b.display()
+                ),
+            ]
+        );
+        let names: Vec<&str> = config.contexts.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["admin", b_admin.as_str()]);
+        // The second context keeps its own cluster and credentials.
+        let ctx = config.contexts[1].context.as_ref().unwrap();
+        let cluster = config.clusters.iter().find(|c| c.name == ctx.cluster).unwrap();
+        assert_eq!(
+            cluster.cluster.as_ref().unwrap().server.as_deref(),
+            Some("https://frkq:6443")
+        );
+        let user = config
+            .auth_infos
+            .iter()
+            .find(|u| Some(&u.name) == ctx.user.as_ref())
+            .unwrap();
+        assert_eq!(serde_json::to_value(&user.auth_info).unwrap()["token"], "b");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_continue_token_given_twice_ends_the_list() {

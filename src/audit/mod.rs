@@ -38,7 +38,7 @@ use crate::report::{ObjectReport, Report};
 
 pub use cluster::{
     AuditError, CLUSTER_TIMEOUT, ClusterArgs, ClusterSettings, Connection, Context, Continues,
-    MAX_RESPONSE_BYTES, RequestFailure, contexts,
+    MAX_RESPONSE_BYTES, RequestFailure, contexts, kubeconfig_notes,
 };
 use judging::Judging;
 pub use judging::{Compared, finding};

@@ -167,7 +167,7 @@ pub struct ConnectionArgs {
     /// Deprecated: --cluster-timeout. `serve --request-timeout` is the
     /// webhook's own, so the cluster's has a name of its own.
     #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", hide = true, value_name = "DURATION",
-          value_parser = crate::flags::parse_duration)]
+          value_parser = crate::flags::parse_positive_duration)]
     pub request_timeout: Option<std::time::Duration>,
 }
 
@@ -186,6 +186,14 @@ impl ConnectionArgs {
     }
 }
 
+/// Says on standard error what reading `$KUBECONFIG` had to say (a file
+/// named and missing, a context kept under `FILE:NAME`), once per run,
+/// before connecting.
+pub(super) fn warn_kubeconfig(cluster: &audit::ClusterArgs) {
+    let notes = audit::kubeconfig_notes(cluster.kubeconfig.as_deref());
+    crate::output::say("warning", "", &notes);
+}
+
 /// How long one cluster may take, read and written, when
 /// `--cluster-deadline` is not given: a cluster that hangs does not hold a
 /// fleet's answer back, nor a cron job's run for ever (55,000 objects are
@@ -198,17 +206,19 @@ pub const CLUSTER_DEADLINE: std::time::Duration = std::time::Duration::from_secs
 pub struct ContextArgs {
     #[command(flatten)]
     pub connection: ConnectionArgs,
-    /// Kubeconfig context (default: the current context); repeat to read
-    /// several clusters in one run.
+    /// Kubeconfig context (default: the current context); repeat, or
+    /// separate with commas, to read several clusters in one run.
     #[arg(
         long = "context",
         env = "DIGEST_GATE_CONTEXT",
+        value_delimiter = ',',
         conflicts_with = "all_contexts"
     )]
     pub contexts: Vec<String>,
     /// Read every context of the kubeconfig (of every file $KUBECONFIG
-    /// names, merged as kubectl merges them); contexts naming the same
-    /// server are read once.
+    /// names, merged as kubectl merges them, a missing file skipped and a
+    /// later file's context whose name an earlier one took read as
+    /// FILE:NAME); contexts naming the same server are read once.
     #[arg(long, env = "DIGEST_GATE_ALL_CONTEXTS")]
     pub all_contexts: bool,
     /// With several contexts: clusters read at once.
@@ -219,7 +229,7 @@ pub struct ContextArgs {
     /// it), from reading its kubeconfig entry on, takes longer, e.g. 10m,
     /// and reports it as not read [default: 10m].
     #[arg(long, env = "DIGEST_GATE_CLUSTER_DEADLINE", value_name = "DURATION",
-          value_parser = crate::flags::parse_duration)]
+          value_parser = crate::flags::parse_positive_duration)]
     pub cluster_deadline: Option<std::time::Duration>,
 }
 
@@ -232,12 +242,14 @@ impl ContextArgs {
 
     /// The settings of the one context read when not [`ContextArgs::fleet`].
     pub(super) fn settings(&self) -> audit::ClusterSettings {
+        warn_kubeconfig(&self.connection.cluster);
         self.connection.settings(self.contexts.first().cloned())
     }
 
     /// The clusters to read, those naming the same server together (the
     /// first context named reads it), in the order named.
     pub(super) fn clusters(&self) -> Result<Vec<(audit::Context, Vec<String>)>, audit::AuditError> {
+        warn_kubeconfig(&self.connection.cluster);
         let kubeconfig = self.connection.cluster.kubeconfig.as_deref();
         let mut clusters: Vec<(audit::Context, Vec<String>)> = Vec::new();
         for context in audit::contexts(kubeconfig, &self.contexts, self.all_contexts)? {

@@ -107,6 +107,11 @@ pub struct AuditArgs {
     /// No progress on standard error (drawn only on a terminal anyway).
     #[arg(short = 'q', long, env = "DIGEST_GATE_QUIET")]
     pub quiet: bool,
+    /// Exit 0 when the namespaces read hold no object of a kind digest-gate
+    /// reads (a namespace meant to be empty). Without it such a run judged
+    /// nothing and is exit 2, as `check` is.
+    #[arg(long, env = "DIGEST_GATE_ALLOW_EMPTY")]
+    pub allow_empty: bool,
 }
 
 pub(super) fn run(args: &AuditArgs) -> u8 {
@@ -221,6 +226,7 @@ fn single(run: &Run<'_>, runtime: &tokio::runtime::Runtime, mut writer: output::
         }
     };
     found.report.notes.push(read_note(&connection, &found));
+    said_what_was_read(args, &connection, &mut found);
     let _ = writer.finish(&mut found.report, None);
     report::exit_code(&found.report)
 }
@@ -339,6 +345,39 @@ pub(super) fn read_note(connection: &audit::Connection, found: &audit::Audit) ->
     )
 }
 
+/// What a run over one cluster must say of what it read: the namespace
+/// when it was the context's by default (a cron job that forgot `-A` reads
+/// `default` and would pass for ever), and that nothing was judged when no
+/// object of a kind digest-gate reads was there (an error, exit 2, unless
+/// `--allow-empty`).
+pub(super) fn said_what_was_read(args: &AuditArgs, connection: &audit::Connection, found: &mut audit::Audit) {
+    let defaulted = !args.all_namespaces
+        && args.namespace_selector.is_none()
+        && args.namespaces.is_empty()
+        && !args.clusters.fleet();
+    let scope = match scope(args, connection) {
+        _ if defaulted => format!("namespace \"{}\" (the context's namespace)", connection.namespace),
+        audit::Scope::Namespaces(given) => format!("namespace {}", given.join(", ")),
+        audit::Scope::All {
+            namespace_selector: Some(s),
+        } => format!("the namespaces matching {s}"),
+        audit::Scope::All {
+            namespace_selector: None,
+        } => "the cluster".to_owned(),
+    };
+    if defaulted {
+        found.report.notes.push(format!(
+            "read {scope} only: -n names others, -A reads every namespace"
+        ));
+    }
+    let empty = found.read.iter().all(|(_, n)| *n == 0);
+    if empty && found.stopped.is_none() && found.report.errors.is_empty() && !args.allow_empty {
+        found.report.errors.push(format!(
+            "{scope} holds no object of a kind digest-gate reads: nothing was judged (name namespaces with -n or -A; --allow-empty when none is expected)"
+        ));
+    }
+}
+
 impl Learned for audit::Audit {
     fn will_run(&self) -> &std::collections::BTreeSet<crate::reference::Pinned> {
         &self.will_run
@@ -392,6 +431,7 @@ pub(super) fn run_cleanup(args: &CleanupArgs) -> u8 {
     let Some(runtime) = client_runtime() else {
         return 2;
     };
+    super::args::warn_kubeconfig(&args.connection.cluster);
     let result = runtime.block_on(async {
         let connection = audit::Connection::open(&args.connection.settings(args.context.clone()))
             .await

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::audit::{AuditArgs, Failed, Run, prepared, read_note, scope};
+use super::audit::{AuditArgs, Failed, Run, prepared, read_note, said_what_was_read, scope};
 use super::interrupt::{self, Cut, Interrupt};
 use super::progress;
 use crate::audit;
@@ -161,9 +161,10 @@ async fn one(
         let settings = run.args.clusters.connection.settings(Some(context.name.clone()));
         let connection = audit::Connection::open(&settings).await?;
         let target = run.target(scope(run.args, &connection));
-        let found = run
+        let mut found = run
             .cluster(&connection, loaded, &target, Some(&mut part), &bar)
             .await?;
+        said_what_was_read(run.args, &connection, &mut found);
         Ok::<_, Failed>((read_note(&connection, &found), found, part))
     };
     let result = interrupt.within(deadline, read).await;

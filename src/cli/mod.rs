@@ -262,6 +262,22 @@ mod tests {
         );
     }
 
+    /// Issue 60: docs/check.md says a list variable is comma-separated, but
+    /// `DIGEST_GATE_CONTEXT=ukce,frkq` was one context named `ukce,frkq`.
+    /// Every repeatable flag that reads a variable splits it on commas.
+    #[test]
+    fn every_list_variable_splits_on_commas() {
+        let mut flags = Vec::new();
+        every_flag(&Cli::command(), "digest-gate".into(), &mut flags);
+        let whole: Vec<String> = flags
+            .iter()
+            .filter(|(_, arg)| arg.get_env().is_some() && matches!(arg.get_action(), clap::ArgAction::Append))
+            .filter(|(_, arg)| arg.get_value_delimiter() != Some(','))
+            .map(|(path, arg)| format!("{path} {}", arg.get_id()))
+            .collect();
+        assert!(whole.is_empty(), "list variables read whole: {whole:#?}");
+    }
+
     /// Issue 41: every command's --help states its exit codes.
     #[test]
     fn every_command_states_its_exit_codes() {

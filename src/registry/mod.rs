@@ -17,7 +17,7 @@ pub use learn::{Learned, Round, VerifyRegistryArgs, judged};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::flags::parse_duration;
+use crate::flags::parse_positive_duration;
 
 /// How to reach registries: the options every registry-facing command
 /// shares.
@@ -38,7 +38,7 @@ pub struct RegistryArgs {
     )]
     pub registry_ca: Vec<PathBuf>,
     /// Longest a registry may take to connect or to send the next bytes.
-    #[arg(long, env = "DIGEST_GATE_REGISTRY_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "DIGEST_GATE_REGISTRY_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub registry_timeout: Duration,
     /// Registry requests in flight (at most 4 to one registry).
     #[arg(long, env = "DIGEST_GATE_REGISTRY_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]

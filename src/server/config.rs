@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::audit::{BREAK_GLASS_LABEL, ClusterArgs, installed::CsvArgs};
-use crate::flags::parse_duration;
+use crate::flags::{parse_duration, parse_positive_duration};
 use crate::policy::Policy;
 
 /// `serve`'s own flags.
@@ -51,10 +51,10 @@ pub struct ServerArgs {
     #[arg(long, env = "DIGEST_GATE_MAX_PENDING_PER_PEER", default_value = "64", value_parser = parse_connections)]
     pub max_pending_per_peer: usize,
     /// Time a client has to send request headers, and a body.
-    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "DIGEST_GATE_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub request_timeout: Duration,
     /// Time a TLS handshake may take (the apiserver's takes milliseconds).
-    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, env = "DIGEST_GATE_HANDSHAKE_TIMEOUT", default_value = "3s", value_parser = parse_positive_duration)]
     pub handshake_timeout: Duration,
     /// Time in-flight reviews get to finish on SIGTERM.
     #[arg(long, env = "DIGEST_GATE_GRACE_PERIOD", default_value = "20s", value_parser = parse_duration)]

@@ -130,6 +130,25 @@ def test_audit_finds_exactly_the_stale_objects_with_owner_chains(stale):
     assert report["summary"]["rewrite"] == 5 and report["summary"]["deny"] == 0
 
 
+def test_a_run_says_what_it_read_and_judging_nothing_is_not_a_pass(stale):
+    """Issue 60: `audit` without -n or -A read the context's namespace
+    (`default`), said nothing of it, found nothing and exited 0: a cron job
+    that forgot -A passed for ever."""
+    r = audit(stale.kubeconfig)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert 'note: read namespace "default" (the context\'s namespace) only: -n names others, -A reads every ' \
+        "namespace" in r.stdout, r.stdout
+    assert 'error: namespace "default" (the context\'s namespace) holds no object of a kind digest-gate reads: ' \
+        "nothing was judged (name namespaces with -n or -A; --allow-empty when none is expected)" in r.stderr, \
+        r.stderr
+    # An empty namespace meant to be empty, said so.
+    r = audit(stale.kubeconfig, "--allow-empty", "-o", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["summary"]["objects"] == 0, r.stdout + r.stderr
+    # Named, no note; read, no error.
+    r = audit(stale.kubeconfig, "-n", MODELS)
+    assert r.returncode == 1 and "(the context's namespace)" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 def test_the_old_timeout_flag_still_works_with_one_warning(stale):
     # Before chart 0.8.0 the cluster timeout of audit and cleanup was
     # --request-timeout / DIGEST_GATE_REQUEST_TIMEOUT, which serve uses for

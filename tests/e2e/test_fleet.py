@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from cluster import ROOT, ControlPlane, admin_metric, binaries, free_port, serve_dev, wait_until
-from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, PROMOTED_TAG, incident_runtime
+from harness import FIXTURES, INCIDENT_IMAGE, PROMOTED_IMAGE, PROMOTED_TAG, incident_runtime, permissive_crd
 from support import binary, docs_sample
 
 ALLOWLIST = ROOT / "examples" / "allowlist.yaml"
@@ -172,6 +172,43 @@ def test_all_contexts_of_two_kubeconfig_files_merged(fleet, tmp_path):
     assert {("cluster:frkq", NS), ("cluster:frkq", "fleet-elsewhere"), ("cluster:ukce", NS)} <= names, names
 
 
+def installer_kubeconfig(path: pathlib.Path, cp: ControlPlane) -> pathlib.Path:
+    """A kubeconfig as a cluster installer writes it: context, cluster and
+    user all named `admin`, whichever cluster it is."""
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "admin",
+              "clusters": [{"name": "admin", "cluster": {"server": cp.url,
+                                                          "certificate-authority": str(cp.pki / "ca.crt")}}],
+              "users": [{"name": "admin", "user": {"token": cp.ADMIN_TOKEN}}],
+              "contexts": [{"name": "admin", "context": {"cluster": "admin", "user": "admin"}}]}
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_two_installer_kubeconfigs_are_two_clusters_and_a_missing_file_is_skipped(fleet, tmp_path):
+    """Issue 60: `KUBECONFIG=c1:c2`, both naming their context `admin`, was
+    read as one cluster (`1 clusters: 1 read wholly`), and a missing file in
+    $KUBECONFIG was fatal where kubectl skips it."""
+    first = installer_kubeconfig(tmp_path / "ukce.kubeconfig", fleet["ukce"])
+    second = installer_kubeconfig(tmp_path / "frkq.kubeconfig", fleet["frkq"])
+    missing = tmp_path / "gone.kubeconfig"
+    r = audit("--all-contexts", "-n", NS, "-o", "json", kubeconfig_env=f"{first}:{missing}:{second}")
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert [(c["context"], c["server"], c["status"]) for c in report["clusters"]] == \
+        [("admin", fleet["ukce"].url, "ok"), (f"{second}:admin", fleet["frkq"].url, "ok")], report["clusters"]
+    assert f"warning: $KUBECONFIG names {missing}, which does not exist: skipped" in r.stderr, r.stderr
+    assert f'warning: context "admin" of {second} is not the one an earlier $KUBECONFIG file names so: ' \
+        f'read as "{second}:admin"' in r.stderr, r.stderr
+    # And named: the second cluster, with its own credentials.
+    one = audit("--context", f"{second}:admin", "-n", NS, "-o", "json", kubeconfig_env=f"{first}:{second}")
+    assert one.returncode == 0 and json.loads(one.stdout)["summary"]["deny"] == 0, one.stderr
+    # A list variable splits on commas, as docs/check.md says.
+    both = subprocess.run([str(binary()), "audit", "--allowlist", str(ALLOWLIST), "-n", NS, "-o", "json"],
+                          capture_output=True, text=True, timeout=180,
+                          env=dict(ENV, KUBECONFIG=f"{first}:{second}", DIGEST_GATE_CONTEXT=f"admin,{second}:admin"))
+    assert [c["context"] for c in json.loads(both.stdout)["clusters"]] == ["admin", f"{second}:admin"], both.stderr
+
+
 def test_a_cluster_that_cannot_be_read_is_exit_2_and_the_other_still_reported(fleet, merged):
     fleet["frkq"].stop_apiserver()
     try:
@@ -302,6 +339,24 @@ def test_preflight_reads_each_cluster_and_refuses_one_plan_for_several(fleet, me
         alone = subprocess.run([str(binary()), *both[:5], "--context", c["context"], "--all-pending", "-o", "json"],
                                capture_output=True, text=True, timeout=120, env=ENV)
         assert c["preflight"]["summary"] == json.loads(alone.stdout)["summary"], c
+
+
+def test_preflight_over_a_fleet_with_nothing_pending_is_an_answer(fleet, merged):
+    """Issue 60: a cluster where no InstallPlan waits (most clusters, most
+    days) was an error, so a fleet's answer was always exit 2. Now each such
+    cluster says so and is read wholly."""
+    for cp in fleet.values():
+        for kind, plural in (("InstallPlan", "installplans"), ("Subscription", "subscriptions")):
+            cp.apply(permissive_crd(kind, plural, "Namespaced", ("v1alpha1",), group="operators.coreos.com"))
+            wait_until(f"CRD {plural}", lambda cp=cp, plural=plural: established(cp, f"{plural}.operators.coreos.com"))
+    r = subprocess.run([str(binary()), "preflight", "--allowlist", str(ALLOWLIST), "--kubeconfig", str(merged),
+                        "--context", "ukce", "--context", "frkq", "--all-pending", "-o", "json"],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert [(c["context"], c["status"]) for c in report["clusters"]] == [("ukce", "ok"), ("frkq", "ok")], report
+    for c in report["clusters"]:
+        assert "no InstallPlan waits for an approval" in c["preflight"]["notes"], c
 
 
 def test_the_background_audit_exports_which_digests_its_pods_run(fleet, tmp_path):
