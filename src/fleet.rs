@@ -360,7 +360,16 @@ pub struct Series {
     pub repository: String,
     pub digest: String,
     pub verdict: Verdict,
+    /// [`SEEN_SPEC`]: the reference a spec names; [`SEEN_NODE`]: the digest
+    /// a node resolved a Pod's tag to (`imageID`), the same containers
+    /// counted again by what they run.
+    pub seen: &'static str,
 }
+
+/// `digest_gate_audit_images{seen}`: what the spec names.
+pub const SEEN_SPEC: &str = "spec";
+/// `digest_gate_audit_images{seen}`: what a node resolved a tag to.
+pub const SEEN_NODE: &str = "node";
 
 /// Pod containers of one audit counted by what they run.
 #[derive(Debug, Clone, Default)]
@@ -400,9 +409,21 @@ impl Running {
                 repository,
                 digest,
                 verdict,
+                seen: SEEN_SPEC,
             })
             .or_insert((0, promoted));
         entry.0 += 1;
+        // A tag's node-resolved digest: what the container really runs,
+        // the incident's digest even when the spec says `:v1.21.0-15`.
+        if let Some((repository, Version::Digest(digest))) = image.resolved.as_deref().and_then(split) {
+            let series = Series {
+                repository,
+                digest,
+                verdict,
+                seen: SEEN_NODE,
+            };
+            self.counts.entry(series).or_insert((0, false)).0 += 1;
+        }
     }
 
     /// The series to export: per repository its promoted digests and the
@@ -449,18 +470,21 @@ impl Running {
                 .then_with(|| b.1.cmp(&a.1))
                 .then_with(|| a.0.cmp(&b.0))
         });
-        let verdicts: BTreeSet<Verdict> = all.iter().map(|s| s.0.verdict).collect();
-        let room = limit.saturating_sub(verdicts.len());
-        let mut overflow: BTreeMap<Verdict, usize> = BTreeMap::new();
+        // Summed per verdict and per what was seen, so that the spec's
+        // series still sum to the containers.
+        let kinds: BTreeSet<(Verdict, &str)> = all.iter().map(|s| (s.0.verdict, s.0.seen)).collect();
+        let room = limit.saturating_sub(kinds.len());
+        let mut overflow: BTreeMap<(Verdict, &'static str), usize> = BTreeMap::new();
         for (s, n) in all.drain(room..) {
-            *overflow.entry(s.verdict).or_default() += n;
+            *overflow.entry((s.verdict, s.seen)).or_default() += n;
         }
-        all.extend(overflow.into_iter().map(|(verdict, n)| {
+        all.extend(overflow.into_iter().map(|((verdict, seen), n)| {
             (
                 Series {
                     repository: OVERFLOW.to_owned(),
                     digest: OVERFLOW.to_owned(),
                     verdict,
+                    seen,
                 },
                 n,
             )
@@ -612,6 +636,25 @@ mod tests {
                 .iter()
                 .all(|s| s.0.repository == REPO || s.0.repository == UNLISTED)
         );
+    }
+
+    /// Issue 60: a Pod on `:v1.21.0-15` whose node resolved the tag to the
+    /// never-promoted digest was only `tag_only`, so the panel could not
+    /// show the incident where Pods use tags.
+    #[test]
+    fn a_tag_counts_the_digest_its_node_resolved_too() {
+        let mut running = Running::default();
+        let mut tagged = image(REPO, &digest(1), Reason::TagOnly);
+        tagged.image = serde_json::Value::from(format!("{REPO}:v1.21.0-15"));
+        tagged.resolved = Some(format!("{REPO}@{}", digest(9)));
+        running.add(&tagged);
+        let series = running.series(SERIES_LIMIT);
+        let seen: Vec<(&str, &str)> = series.iter().map(|s| (s.0.digest.as_str(), s.0.seen)).collect();
+        let node = digest(9);
+        assert_eq!(seen, [(node.as_str(), SEEN_NODE), (TAG_ONLY, SEEN_SPEC)]);
+        // The spec's series alone count the containers.
+        let spec: usize = series.iter().filter(|s| s.0.seen == SEEN_SPEC).map(|s| s.1).sum();
+        assert_eq!(spec, 1);
     }
 
     #[test]

@@ -716,6 +716,7 @@ mod tests {
                     repository: "quay.io/x/y".into(),
                     digest: digest.into(),
                     verdict: Verdict::Allow,
+                    seen: fleet::SEEN_SPEC,
                 },
                 n,
             )
@@ -723,13 +724,13 @@ mod tests {
         m.audit.images(&[series("sha256:aa", 2), series("sha256:bb", 1)]);
         let first = m.encode();
         assert!(first.contains(
-            "digest_gate_audit_images{repository=\"quay.io/x/y\",digest=\"sha256:aa\",verdict=\"allow\"} 2"
+            "digest_gate_audit_images{repository=\"quay.io/x/y\",digest=\"sha256:aa\",verdict=\"allow\",seen=\"spec\"} 2"
         ));
         m.audit.images(&[series("sha256:bb", 3)]);
         let second = m.encode();
         assert!(!second.contains("sha256:aa"), "{second}");
         assert!(
-            second.contains("digest=\"sha256:bb\",verdict=\"allow\"} 3"),
+            second.contains("digest=\"sha256:bb\",verdict=\"allow\",seen=\"spec\"} 3"),
             "{second}"
         );
         m.audit.leader(false);

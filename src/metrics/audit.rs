@@ -29,6 +29,7 @@ struct RunningLabels {
     repository: String,
     digest: String,
     verdict: Verdict,
+    seen: &'static str,
 }
 
 /// A pending operator upgrade's findings: the plan's namespace, the
@@ -158,7 +159,7 @@ impl AuditMetrics {
             images: add(
                 r,
                 "audit_images",
-                "Pod containers the last background audit found, by what they run: a repository the allowlist lists (else unlisted), a digest (promoted ones, at most 5 others, the rest other; tag_only for a tag), the verdict; at most 500 series, the rest under repository overflow",
+                "Pod containers the last background audit found, by what they run: a repository the allowlist lists (else unlisted), a digest (promoted ones, at most 5 others, the rest other; tag_only for a tag), the verdict, and seen: spec, or node for the digest a node resolved a tag to (the same containers again: sum seen=\"spec\" to count them); at most 500 series, the rest under repository overflow",
                 Family::<RunningLabels, Gauge>::default(),
             ),
             audit_leader: add(
@@ -247,6 +248,7 @@ impl AuditMetrics {
                 repository: s.repository.clone(),
                 digest: s.digest.clone(),
                 verdict: s.verdict,
+                seen: s.seen,
             };
             self.images.get_or_create(&labels).set(gauge_value(*n));
         }

@@ -35,7 +35,7 @@ FOREIGN = {"up", "kube_deployment_status_replicas_available"}
 AUDITED = {"digest_gate_audit_findings": {"kind", "verdict"},
            "digest_gate_pending_upgrade_findings": {"plan_namespace", "package", "reason"},
            "digest_gate_pending_upgrade_unjudged": {"plan_namespace", "reason"},
-           "digest_gate_audit_images": {"repository", "digest", "verdict"}}
+           "digest_gate_audit_images": {"repository", "digest", "verdict", "seen"}}
 # The dashboard's variable naming the label a fleet's Prometheus puts on each
 # cluster's series (federation, Thanos): the user's, not the binary's.
 USER_LABELS = {"$cluster_label"}

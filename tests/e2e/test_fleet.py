@@ -379,9 +379,21 @@ def test_the_background_audit_exports_which_digests_its_pods_run(fleet, tmp_path
                                  "--audit-namespace-selector", SELECTOR)
         wait_until("both digests", lambda: admin_metric(admin, metric) >= 2, 90)
         assert admin_metric(admin, metric, repository=REPO, digest=STALE, verdict="rewrite") == 1
+        # Issue 60: a Pod naming a tag its node resolved to the stale digest
+        # shows that digest too (seen="node"), not only "tag_only".
+        other.apply(pod("ovms-tagged", PROMOTED_TAG))
+        ran(other, "ovms-tagged", f"docker-pullable://{INCIDENT_IMAGE}")
+        serve.stop()
+        serve, admin = serve_dev(other, tmp_path / "tagged", "--mode", "audit", "--allowlist", str(ALLOWLIST),
+                                 "--audit-interval", "1h", "--audit-lease", lease_for(other, "fleet-images-3"),
+                                 "--audit-namespace-selector", SELECTOR)
+        wait_until("the node's digest", lambda: admin_metric(admin, metric, digest=STALE, seen="node") >= 1, 90)
+        assert admin_metric(admin, metric, repository=REPO, digest="tag_only", seen="spec") == 1
+        # The spec's series still count each container once.
+        assert admin_metric(admin, metric, seen="spec") == 3
     finally:
         serve.stop()
-        other.kubectl("delete", "pod", "ovms-stale", "-n", NS, "--ignore-not-found", "--wait=false")
+        other.kubectl("delete", "pod", "ovms-stale", "ovms-tagged", "-n", NS, "--ignore-not-found", "--wait=false")
 
 
 def test_the_readme_fleet_sample_says_what_it_prints(fleet, merged, tmp_path):
