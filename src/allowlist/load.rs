@@ -704,6 +704,24 @@ mod tests {
         assert_eq!(loaded.warnings.len(), 1);
     }
 
+    /// Issue 60: an ImageSetConfiguration's `mirror.operators` was ignored
+    /// without a word (`allowlist lint`: "1 promoted image(s)", exit 0):
+    /// its catalog's images are not in the set. Now a warning, per catalog,
+    /// saying how to promote them.
+    #[test]
+    fn operator_catalogs_of_an_image_set_are_said_not_read() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/allowlists/imageset.yaml");
+        let loaded = load_text("imageset.yaml", &std::fs::read_to_string(path).unwrap()).unwrap();
+        let said: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains(
+                "mirror.operators[0]: packages rhods-operator of registry.redhat.io/redhat/redhat-operator-index:v4.12 not read: their images are in the catalog; promote them with the catalog itself (`opm render registry.redhat.io/redhat/redhat-operator-index:v4.12 > catalog.json`, then name catalog.json as an allowlist with --catalog-package rhods-operator)"
+            ),
+            "{said:?}"
+        );
+    }
+
     /// Files are parsed as they are read: text that turns out not to be
     /// UTF-8 half-way gives that one error, not the parser's view of a
     /// document cut short, nor the errors of the part before.

@@ -325,6 +325,7 @@ impl Run<'_> {
     fn load(&self, installed: &[allowlist::Source]) -> Result<allowlist::Loaded, String> {
         let loaded = allowlist::load_with_installed(self.files, installed, &self.policy.catalog)
             .map_err(|errors| format!("the allowlist cannot be used:\n{errors}"))?;
+        super::said_load_warnings(&loaded);
         judged_by(&self.policy, &loaded.allowlist)?;
         Ok(loaded)
     }

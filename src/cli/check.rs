@@ -57,6 +57,7 @@ pub(super) fn run(args: &CheckArgs) -> u8 {
         Ok(l) => l,
         Err(code) => return code,
     };
+    super::said_load_warnings(&loaded);
     if let Err(e) = judged_by(&args.policy.policy(), &loaded.allowlist) {
         eprintln!("error: {e}");
         return 2;

@@ -144,6 +144,16 @@ fn load(paths: &[PathBuf], catalog: &crate::allowlist::CatalogOptions) -> Result
     })
 }
 
+/// What loading skipped or did not read (an entry pinned by tag only, an
+/// ImageSetConfiguration's operator catalogs), said on standard error by
+/// the commands that judge by the allowlist (`check`, `audit`), as
+/// `allowlist lint` and `serve` say it: never silently less than was
+/// written.
+fn said_load_warnings(loaded: &Loaded) {
+    let lines: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    crate::output::say("warning", "", &lines);
+}
+
 /// The rule for an allowlist that promotes nothing, where a mode applies
 /// (`check`, `audit`; `serve` keeps it in its supply): an error where it
 /// would deny every listed image, else a warning said here.

@@ -299,9 +299,11 @@ pub async fn run(connection: &Connection, inputs: &Inputs<'_>) -> Preflight {
                     continue;
                 }
             };
-            if let Some(warning) = prepared.warning {
-                found.notes.push(warning.to_owned());
-            }
+            // What loading skipped too, said once (ended() drops repeats).
+            let loading = prepared.before.warnings.iter().map(ToString::to_string);
+            found
+                .notes
+                .extend(prepared.warning.map(str::to_owned).into_iter().chain(loading));
             if inputs.registry.is_some() {
                 asks.add(at, &mut prepared);
             }
