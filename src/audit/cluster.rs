@@ -482,37 +482,63 @@ fn merged(paths: impl Iterator<Item = PathBuf>) -> Result<(Option<Kubeconfig>, V
     Ok((merged, notes))
 }
 
+/// Whether two kubeconfig entries are the same, whole (credentials
+/// included; compared, never shown).
+fn same<T: serde::Serialize>(a: &T, b: &T) -> bool {
+    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+}
+
+/// A named kubeconfig entry (a cluster, a user).
+trait Entry: serde::Serialize {
+    fn name(&self) -> &str;
+    fn name_mut(&mut self) -> &mut String;
+}
+
+impl Entry for kube::config::NamedCluster {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn name_mut(&mut self) -> &mut String {
+        &mut self.name
+    }
+}
+
+impl Entry for kube::config::NamedAuthInfo {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn name_mut(&mut self) -> &mut String {
+        &mut self.name
+    }
+}
+
+/// Renames each entry of `next` that an entry of `earlier` names the same
+/// with other content to `FILE:NAME`; returns each old name's new one.
+fn rename_taken<T: Entry>(
+    earlier: &[T],
+    next: &mut [T],
+    file: &str,
+) -> std::collections::HashMap<String, String> {
+    let mut renamed = std::collections::HashMap::new();
+    for entry in next.iter_mut() {
+        if earlier
+            .iter()
+            .any(|e| e.name() == entry.name() && !same(e, entry))
+        {
+            let new = format!("{file}:{}", entry.name());
+            renamed.insert(std::mem::replace(entry.name_mut(), new.clone()), new);
+        }
+    }
+    renamed
+}
+
 /// Renames what of `next` (read from `file`) an `earlier` kubeconfig names
 /// differently to `FILE:NAME`, its contexts' references following, and
 /// says which contexts were renamed. Compared whole, credentials included
 /// (never shown): the same entry in two files is one.
 fn keep_apart(earlier: &Kubeconfig, next: &mut Kubeconfig, file: &str) -> Vec<String> {
-    fn same<T: serde::Serialize>(a: &T, b: &T) -> bool {
-        serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
-    }
-    let renamed = |name: &str| format!("{file}:{name}");
-    let mut clusters = std::collections::HashMap::new();
-    for c in &mut next.clusters {
-        if earlier
-            .clusters
-            .iter()
-            .any(|e| e.name == c.name && !same(&e.cluster, &c.cluster))
-        {
-            clusters.insert(c.name.clone(), renamed(&c.name));
-            c.name = renamed(&c.name);
-        }
-    }
-    let mut users = std::collections::HashMap::new();
-    for u in &mut next.auth_infos {
-        if earlier
-            .auth_infos
-            .iter()
-            .any(|e| e.name == u.name && !same(&e.auth_info, &u.auth_info))
-        {
-            users.insert(u.name.clone(), renamed(&u.name));
-            u.name = renamed(&u.name);
-        }
-    }
+    let clusters = rename_taken(&earlier.clusters, &mut next.clusters, file);
+    let users = rename_taken(&earlier.auth_infos, &mut next.auth_infos, file);
     let mut notes = Vec::new();
     for ctx in &mut next.contexts {
         if let Some(c) = ctx.context.as_mut() {
@@ -526,9 +552,9 @@ fn keep_apart(earlier: &Kubeconfig, next: &mut Kubeconfig, file: &str) -> Vec<St
         if earlier
             .contexts
             .iter()
-            .any(|e| e.name == ctx.name && !same(&e.context, &ctx.context))
+            .any(|e| e.name == ctx.name && !same(e, ctx))
         {
-            let name = renamed(&ctx.name);
+            let name = format!("{file}:{}", ctx.name);
             notes.push(format!(
                 "context \"{}\" of {file} is not the one an earlier $KUBECONFIG file names so: read as \"{name}\"",
                 ctx.name

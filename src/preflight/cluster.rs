@@ -201,13 +201,12 @@ static OLM_OBJECT: Shape = Shape::Object(&[
 ]);
 
 /// An OLM object from its JSON, as [`OLM_OBJECT`] keeps it.
-pub fn read(json: &str) -> Result<Value, String> {
+pub fn read(json: &str) -> Result<Value, serde_json::Error> {
     use serde::de::DeserializeSeed;
     let mut deserializer = serde_json::Deserializer::from_str(json);
     Pruned(&OLM_OBJECT)
         .deserialize(&mut deserializer)
         .and_then(|v| deserializer.end().map(|()| v))
-        .map_err(|e| e.to_string())
 }
 
 /// One page of a list, its items not read yet.
@@ -271,7 +270,7 @@ fn item(kind: &'static str, json: &str) -> Listed {
             kind,
             namespace: text("/metadata/namespace"),
             name: text("/metadata/name"),
-            why: crate::text::one_line_owned(why, 300, crate::text::Cut::End),
+            why: crate::text::one_line_owned(why.to_string(), 300, crate::text::Cut::End),
         }
     });
     Listed { kind, object }
@@ -339,7 +338,7 @@ pub struct WatchedPlan {
 impl<'de> Deserialize<'de> for WatchedPlan {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = Box::<RawValue>::deserialize(deserializer)?;
-        let object = read(raw.get());
+        let object = read(raw.get()).map_err(|e| e.to_string());
         let at = match &object {
             Ok(v) => v.clone(),
             Err(_) => name_only(raw.get()),
